@@ -1,0 +1,41 @@
+"""posemb: fast, exact positional-embedding kernels over NumPy arrays.
+
+C kernels registered as NumPy generalized ufuncs for rotary embeddings
+(RoPE), with PyTorch/Hugging Face-familiar names.
+
+>>> import numpy as np, posemb
+>>> rope = posemb.RoPE(64, 1024)
+>>> q = np.random.default_rng(0).standard_normal((8, 100, 64), dtype=np.float32)
+>>> posemb.RoPE(64, 1024)(q).shape
+(8, 100, 64)
+"""
+from ._rope import (
+    RoPE,
+    apply_rope,
+    apply_rope_backward,
+    apply_rotary_emb,
+    apply_rotary_pos_emb,
+    compute_frequencies,
+    neg_half,
+    precompute_freqs_cis,
+    rope_cos_sin,
+    rope_inv_freq,
+    rotate_half,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RoPE",
+    "apply_rope",
+    "apply_rope_backward",
+    "apply_rotary_emb",
+    "apply_rotary_pos_emb",
+    "compute_frequencies",
+    "neg_half",
+    "precompute_freqs_cis",
+    "rope_cos_sin",
+    "rope_inv_freq",
+    "rotate_half",
+    "__version__",
+]

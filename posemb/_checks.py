@@ -1,0 +1,106 @@
+"""Argument checks shared by the public API.
+
+Every public function validates its arguments here before any C kernel runs,
+so a bad argument is a TypeError/ValueError/IndexError that names it.
+Array-likes that implement ``__array_ufunc__`` (dask, xarray, ...) are passed
+through untouched so that NumPy's ufunc protocol can dispatch to them.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+MAX_EXACT_POSITION = 2**53  # positions beyond this are not exact in float64
+
+
+def float_operand(x: Any, name: str) -> Any:
+    """Return x as an array (or a ufunc-protocol array-like) of float16/32/64."""
+    if not isinstance(x, np.ndarray):
+        if hasattr(x, "__array_ufunc__") and hasattr(x, "dtype") and hasattr(x, "shape"):
+            dtype = np.dtype(x.dtype)
+        else:
+            x = np.asarray(x)
+            dtype = x.dtype
+    else:
+        dtype = x.dtype
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must be a float16, float32 or float64 array, got dtype {dtype}"
+        )
+    return x
+
+
+def float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    """Check a requested output dtype: float16, float32 or float64."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a NumPy float dtype, got {dtype!r}") from None
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64, got {dt}")
+    return dt
+
+
+def size(value: Any, name: str, *, minimum: int = 0) -> int:
+    """An integer size or count >= minimum (bools and floats are refused)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def even_size(value: Any, name: str, *, minimum: int = 0) -> int:
+    v = size(value, name, minimum=minimum)
+    if v % 2:
+        raise ValueError(f"{name} must be even (features are rotated in pairs), got {v}")
+    return v
+
+
+def positive_float(value: Any, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if not np.isfinite(v) or v <= 0.0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def finite_float(value: Any, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def positions_array(positions: Any, name: str = "positions", *,
+                    limit: int | None = None) -> np.ndarray:
+    """Integer positions as an int64 array: >= 0, and < limit when given.
+
+    Non-integer arrays are a TypeError; negative or too-large values an
+    IndexError (for a bounded table, ``limit``) or a ValueError.
+    """
+    p = np.asarray(positions)
+    if p.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {p.dtype}")
+    if p.size:
+        lo, hi = int(p.min()), int(p.max())
+        if lo < 0:
+            err = IndexError if limit is not None else ValueError
+            raise err(f"{name} must be >= 0, got {lo}")
+        bound = MAX_EXACT_POSITION if limit is None else limit
+        if hi >= bound:
+            err = IndexError if limit is not None else ValueError
+            raise err(f"{name} must be < {bound}, got {hi}")
+    return p.astype(np.int64, copy=False)

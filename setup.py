@@ -1,0 +1,36 @@
+"""Build posemb's C extension (posemb._core) with setuptools.
+
+Portable flags only: no -march=native in anything that ships.
+"""
+import sys
+
+import numpy as np
+from setuptools import Extension, setup
+
+SOURCES = ["src/module.c", "src/half.c", "src/rope.c"]
+
+if sys.platform == "win32":
+    COMPILE_ARGS = ["/O2", "/fp:precise"]
+else:
+    COMPILE_ARGS = [
+        "-std=c11",
+        "-O3",
+        "-Wall",
+        "-Wextra",
+        # Kernels match PyTorch's formulas term for term: no fused multiply-add.
+        "-ffp-contract=off",
+        "-fno-math-errno",
+    ]
+
+setup(
+    ext_modules=[
+        Extension(
+            "posemb._core",
+            sources=SOURCES,
+            depends=["src/posemb.h"],
+            include_dirs=[np.get_include(), "src"],
+            define_macros=[("NPY_TARGET_VERSION", "NPY_2_1_API_VERSION")],
+            extra_compile_args=COMPILE_ARGS,
+        )
+    ]
+)

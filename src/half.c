@@ -1,0 +1,68 @@
+/*
+ * half.c - IEEE binary16 <-> binary32 conversion for the float16 loops.
+ *
+ * float16 inputs are computed in float32 and rounded once on the way out,
+ * so a float16 result is the correctly rounded float32 result.
+ */
+#include <string.h>
+
+#include "posemb.h"
+
+/* Given h, a binary16 bit pattern.  Returned: its exact float value. */
+float pe_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    float f;
+
+    if (e == 0) {
+        /* zero or subnormal: m * 2**-24 is exact in float32 */
+        f = (float)m * 0x1p-24f;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    } else if (e == 31) {
+        bits = sign | 0x7f800000u | (m << 13);          /* inf, NaN */
+    } else {
+        bits = sign | ((e + 112u) << 23) | (m << 13);    /* rebias 15 -> 127 */
+    }
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Given f.  Returned: f rounded to the nearest binary16, ties to even. */
+uint16_t pe_float_to_half(float f)
+{
+    uint32_t x, sign, absx, r, rem, halfway;
+    int shift;
+
+    memcpy(&x, &f, sizeof x);
+    sign = (x >> 16) & 0x8000u;
+    absx = x & 0x7fffffffu;
+
+    if (absx >= 0x7f800000u) {                           /* inf or NaN */
+        if (absx == 0x7f800000u)
+            return (uint16_t)(sign | 0x7c00u);
+        return (uint16_t)(sign | 0x7e00u | ((absx >> 13) & 0x3ffu));
+    }
+    if (absx >= 0x477ff000u)                             /* >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x38800000u) {                            /* < 2**-14 */
+        if (absx < 0x33000000u)                          /* < 2**-25: 0 */
+            return (uint16_t)sign;
+        /* subnormal: round(|f| / 2**-24) = m * 2**(e - 126), e <= 112 */
+        shift = 126 - (int)(absx >> 23);
+        r = (absx & 0x7fffffu) | 0x800000u;
+        rem = r & ((1u << shift) - 1u);
+        halfway = 1u << (shift - 1);
+        r >>= shift;
+        if (rem > halfway || (rem == halfway && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    r = absx - 0x38000000u;                              /* rebias 127 -> 15 */
+    rem = r & 0x1fffu;
+    r >>= 13;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
+        r++;                                             /* may carry into e */
+    return (uint16_t)(sign | r);
+}

@@ -1,0 +1,205 @@
+/*
+ * rope.c - rotary position embeddings: apply (forward and adjoint),
+ * rotate_half, and the cos/sin tables.
+ *
+ * Every apply kernel is one generalized-ufunc inner loop, signature
+ * (d),(r),(r)->(d): see pe_rope_loop in posemb.h.  The one line of maths,
+ * for a pair (a, b) of features -- (i, i + r/2) in the half-split layout,
+ * (2i, 2i + 1) in the interleaved one:
+ *
+ *   fwd:  y[a] = x[a]*cos[a] - x[b]*sin[a];   y[b] = x[b]*cos[b] + x[a]*sin[b]
+ *   back: y[a] = x[a]*cos[a] + x[b]*sin[b];   y[b] = x[b]*cos[b] - x[a]*sin[a]
+ *
+ * fwd is HF's x*cos + rotate_half(x)*sin term for term (two products, one
+ * sum, no fused multiply-add: the build passes -ffp-contract=off), so with
+ * the same tables the float32/float64 results equal PyTorch's bit for bit.
+ * back is the exact adjoint of fwd (the gradient with respect to x); for
+ * tables made by pe_rope_table it is the inverse rotation.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "posemb.h"
+
+#define IDX_A_half(i, h) (i)
+#define IDX_B_half(i, h) ((i) + (h))
+#define IDX_A_inter(i, h) (2 * (i))
+#define IDX_B_inter(i, h) (2 * (i) + 1)
+
+#define ROT_fwd(ya, yb, xa, xb, ca, cb, sa, sb) \
+    do { ya = xa * ca - xb * sa; yb = xb * cb + xa * sb; } while (0)
+#define ROT_back(ya, yb, xa, xb, ca, cb, sa, sb) \
+    do { ya = xa * ca + xb * sb; yb = xb * cb - xa * sa; } while (0)
+
+#define LOAD_f16(p) pe_half_to_float(*(const uint16_t *)(const void *)(p))
+#define STORE_f16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_half(v))
+#define LOAD_f32(p) (*(const float *)(const void *)(p))
+#define STORE_f32(p, v) (*(float *)(void *)(p) = (v))
+#define LOAD_f64(p) (*(const double *)(const void *)(p))
+#define STORE_f64(p, v) (*(double *)(void *)(p) = (v))
+
+/*
+ * Contiguous fast paths for float32/float64: one vector with unit inner
+ * strides.  The out-of-place form promises the compiler that x, the tables
+ * and y do not overlap (NumPy copies overlapping operands, except the exact
+ * in-place case, which takes the second form); both vectorize.
+ */
+#define DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                    \
+static void rope_##LAYOUT##_##DIR##_##T##_copy(                               \
+    ptrdiff_t d, ptrdiff_t r, const T *restrict x, const T *restrict c,      \
+    const T *restrict s, T *restrict y)                                       \
+{                                                                             \
+    const ptrdiff_t h = r / 2;                                                \
+    for (ptrdiff_t i = 0; i < h; i++) {                                       \
+        const ptrdiff_t a = IDX_A_##LAYOUT(i, h), b = IDX_B_##LAYOUT(i, h);   \
+        T ya, yb;                                                             \
+        ROT_##DIR(ya, yb, x[a], x[b], c[a], c[b], s[a], s[b]);                \
+        y[a] = ya;                                                            \
+        y[b] = yb;                                                            \
+    }                                                                         \
+    if (d > r)                                                                \
+        memcpy(y + r, x + r, (size_t)(d - r) * sizeof(T));                    \
+}                                                                             \
+static void rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
+    ptrdiff_t r, T *xy, const T *restrict c, const T *restrict s)            \
+{                                                                             \
+    const ptrdiff_t h = r / 2;                                                \
+    for (ptrdiff_t i = 0; i < h; i++) {                                       \
+        const ptrdiff_t a = IDX_A_##LAYOUT(i, h), b = IDX_B_##LAYOUT(i, h);   \
+        const T xa = xy[a], xb = xy[b];                                       \
+        T ya, yb;                                                             \
+        ROT_##DIR(ya, yb, xa, xb, c[a], c[b], s[a], s[b]);                    \
+        xy[a] = ya;                                                           \
+        xy[b] = yb;                                                           \
+    }                                                                         \
+}
+
+/* The strided loop: any inner strides, any dtype (CT is the compute type). */
+#define ROPE_STRIDED_BODY(LAYOUT, DIR, T, CT, SUF)                            \
+    for (ptrdiff_t i = 0; i < h; i++) {                                       \
+        const ptrdiff_t a = IDX_A_##LAYOUT(i, h), b = IDX_B_##LAYOUT(i, h);   \
+        const CT xa = LOAD_##SUF(x + a * L->x_inner);                         \
+        const CT xb = LOAD_##SUF(x + b * L->x_inner);                         \
+        const CT ca = LOAD_##SUF(c + a * L->cos_inner);                       \
+        const CT cb = LOAD_##SUF(c + b * L->cos_inner);                       \
+        const CT sa = LOAD_##SUF(s + a * L->sin_inner);                       \
+        const CT sb = LOAD_##SUF(s + b * L->sin_inner);                       \
+        CT ya, yb;                                                            \
+        ROT_##DIR(ya, yb, xa, xb, ca, cb, sa, sb);                            \
+        STORE_##SUF(y + a * L->y_inner, ya);                                  \
+        STORE_##SUF(y + b * L->y_inner, yb);                                  \
+    }                                                                         \
+    if (y != x || L->y_inner != L->x_inner)                                   \
+        for (ptrdiff_t i = L->r; i < L->d; i++)                               \
+            memcpy(y + i * L->y_inner, x + i * L->x_inner, sizeof(T));
+
+#define DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF)                                 \
+DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                            \
+void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
+    const int contig = L->x_inner == z && L->y_inner == z &&                  \
+                       L->cos_inner == z && L->sin_inner == z;                \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const char *x = L->x + k * L->x_step;                                 \
+        const char *c = L->cos + k * L->cos_step;                             \
+        const char *s = L->sin + k * L->sin_step;                             \
+        char *y = L->y + k * L->y_step;                                       \
+        if (contig && y == x) {                                               \
+            rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
+                L->r, (T *)(void *)y, (const T *)(const void *)c,             \
+                (const T *)(const void *)s);                                  \
+        } else if (contig) {                                                  \
+            rope_##LAYOUT##_##DIR##_##T##_copy(                               \
+                L->d, L->r, (const T *)(const void *)x,                       \
+                (const T *)(const void *)c, (const T *)(const void *)s,       \
+                (T *)(void *)y);                                              \
+        } else {                                                              \
+            ROPE_STRIDED_BODY(LAYOUT, DIR, T, T, SUF)                         \
+        }                                                                     \
+    }                                                                         \
+}
+
+#define DEFINE_ROPE_HALFPREC(LAYOUT, DIR)                                     \
+void pe_rope_##LAYOUT##_##DIR##_f16(const pe_rope_loop *L)                    \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const char *x = L->x + k * L->x_step;                                 \
+        const char *c = L->cos + k * L->cos_step;                             \
+        const char *s = L->sin + k * L->sin_step;                             \
+        char *y = L->y + k * L->y_step;                                       \
+        ROPE_STRIDED_BODY(LAYOUT, DIR, uint16_t, float, f16)                  \
+    }                                                                         \
+}
+
+DEFINE_ROPE_FAST(half, fwd, float, f32)
+DEFINE_ROPE_FAST(half, fwd, double, f64)
+DEFINE_ROPE_FAST(half, back, float, f32)
+DEFINE_ROPE_FAST(half, back, double, f64)
+DEFINE_ROPE_FAST(inter, fwd, float, f32)
+DEFINE_ROPE_FAST(inter, fwd, double, f64)
+DEFINE_ROPE_FAST(inter, back, float, f32)
+DEFINE_ROPE_FAST(inter, back, double, f64)
+DEFINE_ROPE_HALFPREC(half, fwd)
+DEFINE_ROPE_HALFPREC(half, back)
+DEFINE_ROPE_HALFPREC(inter, fwd)
+DEFINE_ROPE_HALFPREC(inter, back)
+
+/* ------------------------------------------------------------------ */
+/* rotate_half: y = concat(-x[h:], x[:h])                              */
+/* ------------------------------------------------------------------ */
+
+#define NEG_f16(v) ((uint16_t)((v) ^ 0x8000u))  /* exact, like -x */
+#define NEG_f32(v) (-(v))
+#define NEG_f64(v) (-(v))
+
+#define DEFINE_ROTATE_HALF(T, SUF)                                            \
+void pe_rotate_half_##SUF(const pe_unary_loop *L)                             \
+{                                                                             \
+    const ptrdiff_t h = L->d / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const char *x = L->x + k * L->x_step;                                 \
+        char *y = L->y + k * L->y_step;                                       \
+        for (ptrdiff_t i = 0; i < h; i++) {                                   \
+            const T lo = *(const T *)(const void *)(x + i * L->x_inner);      \
+            const T hi = *(const T *)(const void *)(x + (i + h) * L->x_inner);\
+            *(T *)(void *)(y + i * L->y_inner) = NEG_##SUF(hi);               \
+            *(T *)(void *)(y + (i + h) * L->y_inner) = lo;                    \
+        }                                                                     \
+    }                                                                         \
+}
+
+DEFINE_ROTATE_HALF(uint16_t, f16)
+DEFINE_ROTATE_HALF(float, f32)
+DEFINE_ROTATE_HALF(double, f64)
+
+/* ------------------------------------------------------------------ */
+/* cos/sin tables                                                       */
+/* ------------------------------------------------------------------ */
+
+#define DEFINE_ROPE_TABLE(T, SUF)                                             \
+void pe_rope_table_##SUF(ptrdiff_t n, const int64_t *pos, ptrdiff_t h,        \
+                         const double *inv_freq, double attn, int interleaved,\
+                         T *cos_out, T *sin_out)                              \
+{                                                                             \
+    for (ptrdiff_t k = 0; k < n; k++) {                                       \
+        const double p = (double)pos[k];                                      \
+        T *crow = cos_out + k * 2 * h, *srow = sin_out + k * 2 * h;           \
+        for (ptrdiff_t i = 0; i < h; i++) {                                   \
+            const double angle = p * inv_freq[i];                             \
+            const T cv = (T)(attn * cos(angle)), sv = (T)(attn * sin(angle)); \
+            if (interleaved) {                                                \
+                crow[2 * i] = crow[2 * i + 1] = cv;                           \
+                srow[2 * i] = srow[2 * i + 1] = sv;                           \
+            } else {                                                          \
+                crow[i] = crow[i + h] = cv;                                   \
+                srow[i] = srow[i + h] = sv;                                   \
+            }                                                                 \
+        }                                                                     \
+    }                                                                         \
+}
+
+DEFINE_ROPE_TABLE(float, f32)
+DEFINE_ROPE_TABLE(double, f64)
