@@ -2,12 +2,14 @@
 
 Portable flags only: no -march=native in anything that ships.
 """
+import glob
 import sys
 
 import numpy as np
 from setuptools import Extension, setup
 
-SOURCES = ["src/module.c", "src/half.c", "src/rope.c"]
+# One file per kernel family plus the binding file (src/module.c).
+SOURCES = sorted(glob.glob("src/*.c"))
 
 if sys.platform == "win32":
     COMPILE_ARGS = ["/O2", "/fp:precise"]
@@ -27,7 +29,7 @@ setup(
         Extension(
             "posemb._core",
             sources=SOURCES,
-            depends=["src/posemb.h"],
+            depends=sorted(glob.glob("src/*.h")),
             include_dirs=[np.get_include(), "src"],
             define_macros=[("NPY_TARGET_VERSION", "NPY_2_1_API_VERSION")],
             extra_compile_args=COMPILE_ARGS,

@@ -23,6 +23,14 @@ from ._rope import (
     rotate_half,
 )
 
+from ._sinusoidal import *  # noqa: F401,F403
+from ._learned import *  # noqa: F401,F403
+from ._relative import *  # noqa: F401,F403
+from ._alibi import *  # noqa: F401,F403
+from ._masks import *  # noqa: F401,F403
+from ._attention import *  # noqa: F401,F403
+from . import _sinusoidal, _learned, _relative, _alibi, _masks, _attention
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -38,4 +46,10 @@ __all__ = [
     "rope_inv_freq",
     "rotate_half",
     "__version__",
+    *_sinusoidal.__all__,
+    *_learned.__all__,
+    *_relative.__all__,
+    *_alibi.__all__,
+    *_masks.__all__,
+    *_attention.__all__,
 ]

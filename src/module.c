@@ -19,7 +19,77 @@
 #include "posemb.h"
 
 /* ------------------------------------------------------------------ */
-/* Generalized-ufunc inner loops: unpack NumPy's args into the kernels  */
+/* Shared: gufunc creation and argument checks                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Make a gufunc with ntypes loops and add it to the module: funcs[i] is
+ * called with data[i] = &kernels[i] (an array of kernel_size-byte structs
+ * naming the C kernel), types is ntypes rows of nin + nout type numbers;
+ * check (may be NULL) validates core dims before any loop runs.  NumPy's default operand flags
+ * treat an output that is exactly an input (out=x) as elementwise, so that
+ * call runs in place with no copy; this is safe because every kernel reads
+ * a pair before writing it.  Any other overlap makes NumPy copy first.
+ */
+static int
+add_gufunc(PyObject *module, const char *name, const char *doc,
+           PyUFuncGenericFunction *funcs, void **data, const void *kernels,
+           size_t kernel_size, int ntypes, const char *types, int nin,
+           int nout, const char *signature, PyUFunc_ProcessCoreDimsFunc *check)
+{
+    PyUFuncObject *uf;
+    int i, rc;
+
+    for (i = 0; i < ntypes; i++)
+        data[i] = (void *)((const char *)kernels + (size_t)i * kernel_size);
+    uf = (PyUFuncObject *)PyUFunc_FromFuncAndDataAndSignature(
+        funcs, data, (char *)types, ntypes, nin, nout, PyUFunc_None, name,
+        doc, 0, signature);
+    if (uf == NULL)
+        return -1;
+    uf->process_core_dims_func = check;
+    rc = PyModule_AddObject(module, name, (PyObject *)uf);
+    if (rc < 0)
+        Py_DECREF(uf);
+    return rc;
+}
+
+/* Check a C-contiguous array of the given dtype and rank; 0 or -1. */
+static int
+check_array(PyObject *obj, const char *name, int typenum, int ndim,
+            int writeable)
+{
+    PyArrayObject *a;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
+        return -1;
+    }
+    a = (PyArrayObject *)obj;
+    if (PyArray_TYPE(a) != typenum || !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)) {
+        PyErr_Format(PyExc_TypeError, "%s must have dtype %s in native byte order",
+                     name, typenum == NPY_INT64 ? "int64"
+                           : typenum == NPY_FLOAT ? "float32" : "float64");
+        return -1;
+    }
+    if (PyArray_NDIM(a) != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must have %d dimension(s), got %d",
+                     name, ndim, PyArray_NDIM(a));
+        return -1;
+    }
+    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous and aligned",
+                     name);
+        return -1;
+    }
+    if (writeable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* RoPE: apply gufuncs, rotate_half, tables                             */
 /* ------------------------------------------------------------------ */
 
 typedef struct { pe_rope_fn fn; } rope_kernel;
@@ -127,73 +197,6 @@ static void *rope_half_fwd_data[3], *rope_half_back_data[3],
     *rope_inter_fwd_data[3], *rope_inter_back_data[3], *rotate_half_data[3];
 
 /*
- * Make a gufunc and add it to the module.  NumPy's default operand flags
- * treat an output that is exactly an input (out=x) as elementwise, so that
- * call runs in place with no copy; this is safe because every kernel reads
- * a pair before writing it.  Any other overlap makes NumPy copy first.
- */
-static int
-add_gufunc(PyObject *module, const char *name, const char *doc,
-           PyUFuncGenericFunction *funcs, void **data, const void *kernels,
-           size_t kernel_size, const char *types, int nin,
-           const char *signature, PyUFunc_ProcessCoreDimsFunc *check)
-{
-    PyUFuncObject *uf;
-    int i, rc;
-
-    for (i = 0; i < 3; i++)
-        data[i] = (void *)((const char *)kernels + (size_t)i * kernel_size);
-    uf = (PyUFuncObject *)PyUFunc_FromFuncAndDataAndSignature(
-        funcs, data, (char *)types, 3, nin, 1, PyUFunc_None, name, doc, 0,
-        signature);
-    if (uf == NULL)
-        return -1;
-    uf->process_core_dims_func = check;
-    rc = PyModule_AddObject(module, name, (PyObject *)uf);
-    if (rc < 0)
-        Py_DECREF(uf);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* Table generators                                                     */
-/* ------------------------------------------------------------------ */
-
-/* Check a C-contiguous array of the given dtype and rank; 0 or -1. */
-static int
-check_array(PyObject *obj, const char *name, int typenum, int ndim,
-            int writeable)
-{
-    PyArrayObject *a;
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
-        return -1;
-    }
-    a = (PyArrayObject *)obj;
-    if (PyArray_TYPE(a) != typenum || !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)) {
-        PyErr_Format(PyExc_TypeError, "%s must have dtype %s in native byte order",
-                     name, typenum == NPY_INT64 ? "int64"
-                           : typenum == NPY_FLOAT ? "float32" : "float64");
-        return -1;
-    }
-    if (PyArray_NDIM(a) != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s must have %d dimension(s), got %d",
-                     name, ndim, PyArray_NDIM(a));
-        return -1;
-    }
-    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous and aligned",
-                     name);
-        return -1;
-    }
-    if (writeable && !PyArray_ISWRITEABLE(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
-        return -1;
-    }
-    return 0;
-}
-
-/*
  * _rope_table(positions, inv_freq, attention_scale, interleaved, cos, sin)
  * positions: int64 (n,); inv_freq: float64 (h,); cos, sin: float32 or
  * float64 (n, 2h), C-contiguous, writeable, not overlapping the inputs.
@@ -269,34 +272,21 @@ py_rope_table(PyObject *Py_UNUSED(self), PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyMethodDef core_methods[] = {
+static PyMethodDef rope_methods[] = {
     {"_rope_table", py_rope_table, METH_VARARGS,
      "_rope_table(positions, inv_freq, attention_scale, interleaved, cos, sin)"
      "\n\nFill full-width rotary tables in place (see posemb.rope_cos_sin)."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef core_module = {
-    PyModuleDef_HEAD_INIT, "posemb._core",
-    "posemb's C kernels (private; use the functions in posemb).", -1,
-    core_methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC
-PyInit__core(void)
+/* Register the RoPE family: gufuncs and table functions. */
+static int
+register_rope(PyObject *m)
 {
-    PyObject *m;
-
-    import_array();
-    import_umath();
-
-    m = PyModule_Create(&core_module);
-    if (m == NULL)
-        return NULL;
-
 #define ADD_ROPE(NAME, KERNELS, DOC)                                          \
     if (add_gufunc(m, NAME, DOC, rope_funcs, KERNELS##_data, KERNELS,         \
-                   sizeof(rope_kernel), rope_types, 3, "(d),(r),(r)->(d)",    \
-                   rope_core_dims) < 0)                                       \
-        goto fail;
+                   sizeof(rope_kernel), 3, rope_types, 3, 1,                 \
+                   "(d),(r),(r)->(d)", rope_core_dims) < 0)                                       \
+        return -1;
 
     ADD_ROPE("rope_half_fwd", rope_half_fwd,
              "Half-split RoPE: y = x*cos + rotate_half(x)*sin on the first r "
@@ -313,8 +303,95 @@ PyInit__core(void)
                    "rotate_half: concat(-x[h:], x[:h]) over an even axis, "
                    "(d)->(d).",
                    unary_funcs, rotate_half_data, rotate_half_k,
-                   sizeof(unary_kernel), unary_types, 1, "(d)->(d)",
+                   sizeof(unary_kernel), 3, unary_types, 1, 1, "(d)->(d)",
                    even_core_dim) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, rope_methods);
+}
+
+/* ------------------------------------------------------------------ */
+/* Sinusoidal (absolute) encodings                                      */
+/* ------------------------------------------------------------------ */
+
+/* Register the sinusoidal family (sinusoidal.c). */
+static int
+register_sinusoidal(PyObject *m)
+{
+    (void)m;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Learned encodings, forward and backward                              */
+/* ------------------------------------------------------------------ */
+
+/* Register the learned family (learned.c). */
+static int
+register_learned(PyObject *m)
+{
+    (void)m;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Relative position bias: T5 buckets, Shaw tables                      */
+/* ------------------------------------------------------------------ */
+
+/* Register the relative family (relative.c). */
+static int
+register_relative(PyObject *m)
+{
+    (void)m;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* ALiBi                                                                */
+/* ------------------------------------------------------------------ */
+
+/* Register the ALiBi family (alibi.c). */
+static int
+register_alibi(PyObject *m)
+{
+    (void)m;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Attention masks                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Register the mask family (masks.c). */
+static int
+register_masks(PyObject *m)
+{
+    (void)m;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Module                                                               */
+/* ------------------------------------------------------------------ */
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "posemb._core",
+    "posemb's C kernels (private; use the functions in posemb).", -1,
+    NULL, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    PyObject *m;
+
+    import_array();
+    import_umath();
+
+    m = PyModule_Create(&core_module);
+    if (m == NULL)
+        return NULL;
+    if (register_rope(m) < 0 || register_sinusoidal(m) < 0 ||
+        register_learned(m) < 0 || register_relative(m) < 0 ||
+        register_alibi(m) < 0 || register_masks(m) < 0)
         goto fail;
     return m;
 

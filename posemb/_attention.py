@@ -1,0 +1,2 @@
+"""attention (filled in by its issue)."""
+__all__: list[str] = []

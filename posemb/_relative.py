@@ -1,0 +1,2 @@
+"""relative (filled in by its issue)."""
+__all__: list[str] = []
