@@ -17,7 +17,10 @@ MAX_EXACT_POSITION = 2**53  # positions beyond this are not exact in float64
 
 
 def float_operand(x: Any, name: str) -> Any:
-    """Return x as an array (or a ufunc-protocol array-like) of float16/32/64."""
+    """Return x as an array (or a ufunc-protocol array-like) of float16/32/64.
+
+    Byte-swapped floats are accepted (NumPy casts them for the kernels).
+    """
     if not isinstance(x, np.ndarray):
         if hasattr(x, "__array_ufunc__") and hasattr(x, "dtype") and hasattr(x, "shape"):
             dtype = np.dtype(x.dtype)
@@ -26,7 +29,7 @@ def float_operand(x: Any, name: str) -> Any:
             dtype = x.dtype
     else:
         dtype = x.dtype
-    if dtype not in FLOAT_DTYPES:
+    if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
         raise TypeError(
             f"{name} must be a float16, float32 or float64 array, got dtype {dtype}"
         )

@@ -136,17 +136,15 @@ unary_loop(char **args, npy_intp const *dims, npy_intp const *steps,
     ((const unary_kernel *)data)->fn(&L);
 }
 
-/* Core dims of (d),(r),(r)->(d): the table width r is even and <= d. */
+/*
+ * Core dims of (d),(r),(r)->(d): the table width r must not exceed d.  An
+ * odd r is allowed here (its unpaired feature is copied) because dask
+ * probes gufuncs with every dimension 1; posemb.apply_rope refuses it.
+ */
 static int
 rope_core_dims(PyUFuncObject *ufunc, npy_intp *core)
 {
     const npy_intp d = core[0], r = core[1];
-    if (r % 2 != 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: cos/sin width (last axis) must be even, got %zd",
-                     ufunc->name, (Py_ssize_t)r);
-        return -1;
-    }
     if (r > d) {
         PyErr_Format(PyExc_ValueError,
                      "%s: cos/sin width (last axis, %zd) must not exceed "

@@ -28,7 +28,8 @@ uint16_t pe_float_to_half(float f);
 /*
  * One generalized-ufunc call of a rotary kernel, signature (d),(r),(r)->(d):
  * n vectors x[k] of d features, each rotated by the full-width tables
- * cos[k], sin[k] of r <= d features (r even); features r..d-1 are copied.
+ * cos[k], sin[k] of r <= d features; features 2*(r/2)..d-1 are copied
+ * (partial rotary; an odd r leaves its unpaired feature unchanged).
  * *_step are the byte strides between vectors, *_inner between features.
  * y may be x itself (in place): every pair is read before it is written.
  */

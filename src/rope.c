@@ -15,6 +15,11 @@
  * the same tables the float32/float64 results equal PyTorch's bit for bit.
  * back is the exact adjoint of fwd (the gradient with respect to x); for
  * tables made by pe_rope_table it is the inverse rotation.
+ *
+ * Features 2*(r/2) .. d-1 are copied unchanged: partial rotary, and (for an
+ * odd r, which the Python API refuses) the unpaired feature, as in
+ * TorchLean's total spec.  The raw gufunc accepts odd r so that dask's
+ * dtype probe (all dimensions 1) runs.
  */
 #include <math.h>
 #include <string.h>
@@ -57,8 +62,8 @@ static void rope_##LAYOUT##_##DIR##_##T##_copy(                               \
         y[a] = ya;                                                            \
         y[b] = yb;                                                            \
     }                                                                         \
-    if (d > r)                                                                \
-        memcpy(y + r, x + r, (size_t)(d - r) * sizeof(T));                    \
+    if (d > 2 * h)                                                            \
+        memcpy(y + 2 * h, x + 2 * h, (size_t)(d - 2 * h) * sizeof(T));        \
 }                                                                             \
 static void rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
     ptrdiff_t r, T *xy, const T *restrict c, const T *restrict s)            \
@@ -90,7 +95,7 @@ static void rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
         STORE_##SUF(y + b * L->y_inner, yb);                                  \
     }                                                                         \
     if (y != x || L->y_inner != L->x_inner)                                   \
-        for (ptrdiff_t i = L->r; i < L->d; i++)                               \
+        for (ptrdiff_t i = 2 * h; i < L->d; i++)                              \
             memcpy(y + i * L->y_inner, x + i * L->x_inner, sizeof(T));
 
 #define DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF)                                 \

@@ -1,0 +1,572 @@
+"""RoPE against PyTorch transcriptions of the reference formulas (REFERENCE.md).
+
+References written here, in PyTorch:
+- HF transformers: rotate_half, apply_rotary_pos_emb, LlamaRotaryEmbedding's
+  float32 inv_freq/angles.
+- Meta llama: precompute_freqs_cis, apply_rotary_emb (complex multiply).
+- GPT-J / torchtune interleaved formula on pairs (2i, 2i+1).
+- GPT-NeoX partial rotary.
+"""
+import numpy as np
+import pytest
+import torch
+
+import posemb
+
+# ---------------------------------------------------------------- references
+
+
+def hf_rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def hf_apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (hf_rotate_half(q) * sin), (k * cos) + (hf_rotate_half(k) * sin)
+
+
+def hf_cos_sin_float32(positions, dim, base=10000.0):
+    """LlamaRotaryEmbedding: float32 inv_freq and float32 angles."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    freqs = positions.float()[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def meta_precompute_freqs_cis(dim, end, theta=10000.0):
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    freqs = torch.outer(t, freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def meta_apply_rotary_emb(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    ndim = xq_.ndim
+    shape = [d if i == 1 or i == ndim - 1 else 1 for i, d in enumerate(xq_.shape)]
+    fc = freqs_cis.view(*shape)
+    xq_out = torch.view_as_real(xq_ * fc).flatten(3)
+    xk_out = torch.view_as_real(xk_ * fc).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+def interleaved_rope(x, cos_h, sin_h):
+    """GPT-J / torchtune: pairs (2i, 2i+1), half-width tables (..., d/2)."""
+    xs = x.reshape(*x.shape[:-1], -1, 2)
+    x0, x1 = xs[..., 0], xs[..., 1]
+    out = torch.stack((x0 * cos_h - x1 * sin_h, x1 * cos_h + x0 * sin_h), dim=-1)
+    return out.flatten(-2)
+
+
+def neox_partial(x, cos, sin, rot):
+    """GPT-NeoX rotary_pct: rotate the first `rot` features, pass the rest."""
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    return torch.cat((x_rot * cos + hf_rotate_half(x_rot) * sin, x_pass), dim=-1)
+
+
+def truth_angles(positions, dim, base=10000.0):
+    inv = base ** (-(np.arange(0, dim, 2, dtype=np.float64) / dim))
+    return np.asarray(positions, dtype=np.float64)[..., None] * inv
+
+
+T = torch.from_numpy
+
+# ---------------------------------------------------------------- tables
+
+
+def test_inv_freq_values():
+    inv = posemb.rope_inv_freq(8, base=10000.0)
+    assert inv.dtype == np.float64 and inv.shape == (4,)
+    np.testing.assert_allclose(inv, [1.0, 0.1, 0.01, 0.001], rtol=1e-15)
+    np.testing.assert_allclose(posemb.rope_inv_freq(128, 500000.0),
+                               500000.0 ** (-np.arange(0, 128, 2) / 128), rtol=1e-15)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_cos_sin_layouts(interleaved):
+    pos = np.array([[0, 3], [7, 100]])
+    cos, sin = posemb.rope_cos_sin(pos, 8, interleaved=interleaved, dtype=np.float64)
+    assert cos.shape == sin.shape == (2, 2, 8)
+    ang = truth_angles(pos, 8)
+    want_c = np.repeat(np.cos(ang), 2, -1) if interleaved else np.concatenate([np.cos(ang)] * 2, -1)
+    want_s = np.repeat(np.sin(ang), 2, -1) if interleaved else np.concatenate([np.sin(ang)] * 2, -1)
+    np.testing.assert_allclose(cos, want_c, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin, want_s, rtol=0, atol=1e-15)
+
+
+def test_cos_sin_float32_exact_at_long_positions():
+    """float64 angles rounded once: |err| <= 1.2e-7 up to 2**20; HF float32 is far off."""
+    dim = 128
+    pos = np.concatenate([np.arange(0, 4096), np.arange(2**20 - 4096, 2**20 + 1)])
+    cos, sin = posemb.rope_cos_sin(pos, dim)
+    ang = truth_angles(pos, dim)
+    tc = np.concatenate([np.cos(ang)] * 2, -1)
+    ts = np.concatenate([np.sin(ang)] * 2, -1)
+    assert cos.dtype == np.float32
+    assert np.abs(cos - tc).max() <= 1.2e-7
+    assert np.abs(sin - ts).max() <= 1.2e-7
+    # the PyTorch float32 formula drifts by orders of magnitude more
+    hc, hs = hf_cos_sin_float32(T(pos), dim)
+    assert np.abs(hc.numpy() - tc).max() > 1e-3
+    assert np.abs(hs.numpy() - ts).max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_cos_sin_dtypes_round_once(dtype):
+    pos = np.arange(0, 3000, 7)
+    cos, sin = posemb.rope_cos_sin(pos, 16, dtype=dtype)
+    assert cos.dtype == dtype
+    ang = truth_angles(pos, 16)
+    # rounded once from float64: equal to float64 truth cast to dtype
+    np.testing.assert_array_equal(cos, np.concatenate([np.cos(ang)] * 2, -1).astype(dtype))
+    np.testing.assert_array_equal(sin, np.concatenate([np.sin(ang)] * 2, -1).astype(dtype))
+
+
+def test_compute_frequencies_julia():
+    f = posemb.compute_frequencies(64, 1024)
+    assert f.shape == (1024, 32) and f.dtype == np.float64
+    # Julia: θ = 1 ./ (base .^ (0:2:dim-1 ./ dim)); θ * positions'  (transposed here)
+    theta = 1.0 / (10000.0 ** (np.arange(0, 64, 2) / 64))
+    np.testing.assert_allclose(f, np.outer(np.arange(1024), theta), rtol=1e-14)
+
+
+def test_precompute_freqs_cis_matches_meta():
+    ours = posemb.precompute_freqs_cis(128, 256)
+    ref = meta_precompute_freqs_cis(128, 256).numpy()
+    assert ours.dtype == np.complex64 and ours.shape == (256, 64)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=3e-5)  # Meta's float32 angles drift
+    # ours is float64-exact
+    ang = truth_angles(np.arange(256), 128)
+    np.testing.assert_array_equal(ours, np.exp(1j * ang).astype(np.complex64).real +
+                                  1j * np.exp(1j * ang).astype(np.complex64).imag)
+
+# ---------------------------------------------------------------- apply
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_apply_rope_equals_hf_bitwise(rng, dtype):
+    x = rng.standard_normal((2, 4, 10, 64)).astype(dtype)
+    cos, sin = posemb.rope_cos_sin(np.arange(10), 64, dtype=dtype)
+    y = posemb.apply_rope(x, cos, sin)
+    ref = T(x) * T(cos) + hf_rotate_half(T(x)) * T(sin)
+    np.testing.assert_array_equal(y, ref.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_apply_rotary_pos_emb_drop_in(rng, dtype):
+    q = rng.standard_normal((2, 8, 12, 32)).astype(dtype)
+    k = rng.standard_normal((2, 2, 12, 32)).astype(dtype)
+    position_ids = np.stack([np.arange(12), np.arange(5, 17)])
+    cos, sin = posemb.rope_cos_sin(position_ids, 32, dtype=dtype)  # (batch, seq, dim)
+    qe, ke = posemb.apply_rotary_pos_emb(q, k, cos, sin, position_ids)
+    rq, rk = hf_apply_rotary_pos_emb(T(q), T(k), T(cos), T(sin))
+    np.testing.assert_array_equal(qe, rq.numpy())
+    np.testing.assert_array_equal(ke, rk.numpy())
+    # unsqueeze_dim=2 for (batch, seq, heads, dim) inputs
+    qt = np.ascontiguousarray(q.transpose(0, 2, 1, 3))
+    kt = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
+    qe2, ke2 = posemb.apply_rotary_pos_emb(qt, kt, cos, sin, unsqueeze_dim=2)
+    rq2, rk2 = hf_apply_rotary_pos_emb(T(qt), T(kt), T(cos), T(sin), unsqueeze_dim=2)
+    np.testing.assert_array_equal(qe2, rq2.numpy())
+    np.testing.assert_array_equal(ke2, rk2.numpy())
+
+
+def test_hf_float32_tables_plugged_in(rng):
+    """With HF's own float32 tables the result is HF's, bit for bit."""
+    q = rng.standard_normal((1, 4, 7, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 4, 7, 16)).astype(np.float32)
+    cos, sin = hf_cos_sin_float32(torch.arange(7)[None], 16)
+    qe, ke = posemb.apply_rotary_pos_emb(q, k, cos.numpy(), sin.numpy())
+    rq, rk = hf_apply_rotary_pos_emb(T(q), T(k), cos, sin)
+    np.testing.assert_array_equal(qe, rq.numpy())
+    np.testing.assert_array_equal(ke, rk.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_interleaved_equals_gptj(rng, dtype):
+    x = rng.standard_normal((3, 9, 2, 16)).astype(dtype)   # (batch, seq, heads, dim)
+    pos = np.arange(9)
+    cos, sin = posemb.rope_cos_sin(pos, 16, interleaved=True, dtype=dtype)
+    y = posemb.apply_rope(x, cos[:, None, :], sin[:, None, :], interleaved=True)
+    ch, sh = T(cos[:, None, 0::2]), T(sin[:, None, 0::2])
+    np.testing.assert_array_equal(y, interleaved_rope(T(x), ch, sh).numpy())
+
+
+def test_meta_apply_rotary_emb(rng):
+    xq = rng.standard_normal((2, 6, 4, 32)).astype(np.float32)
+    xk = rng.standard_normal((2, 6, 1, 32)).astype(np.float32)
+    fc = posemb.precompute_freqs_cis(32, 12)[3:9]
+    yq, yk = posemb.apply_rotary_emb(xq, xk, fc)
+    rq, rk = meta_apply_rotary_emb(T(xq), T(xk), T(fc))
+    assert yq.dtype == np.float32 and yk.shape == xk.shape
+    np.testing.assert_allclose(yq, rq.numpy(), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(yk, rk.numpy(), rtol=0, atol=2e-6)
+    # float16 inputs come back float16, computed in float32
+    yq16, _ = posemb.apply_rotary_emb(xq.astype(np.float16), xk.astype(np.float16), fc)
+    rq16, _ = meta_apply_rotary_emb(T(xq.astype(np.float16)), T(xk.astype(np.float16)), T(fc))
+    assert yq16.dtype == np.float16
+    np.testing.assert_array_equal(yq16, rq16.numpy())
+
+
+def test_meta_layout_equals_interleaved_rope(rng):
+    """Meta's complex form and posemb's interleaved RoPE class agree."""
+    xq = rng.standard_normal((1, 10, 3, 64)).astype(np.float64)
+    rope = posemb.RoPE(64, 10, interleaved=True, dtype=np.float64)
+    ours = rope(xq.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    fc = torch.polar(torch.ones(10, 32, dtype=torch.float64), T(truth_angles(np.arange(10), 64)))
+    # Meta's complex multiply, kept in float64 (Meta itself casts to float32)
+    xc = torch.view_as_complex(T(xq).reshape(1, 10, 3, 32, 2))
+    ref = torch.view_as_real(xc * fc[None, :, None, :]).flatten(3)
+    np.testing.assert_allclose(ours, ref.numpy(), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_partial_rotary(rng, interleaved):
+    x = rng.standard_normal((2, 5, 24)).astype(np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 8, interleaved=interleaved)
+    y = posemb.apply_rope(x, cos, sin, interleaved=interleaved)
+    if interleaved:
+        rot = interleaved_rope(T(x[..., :8]), T(cos[..., 0::2]), T(sin[..., 0::2]))
+        ref = torch.cat((rot, T(x[..., 8:])), -1)
+    else:
+        ref = neox_partial(T(x), T(cos), T(sin), 8)
+    np.testing.assert_array_equal(y, ref.numpy())
+    np.testing.assert_array_equal(y[..., 8:], x[..., 8:])
+
+
+def test_rope_class_partial_matches_neox(rng):
+    x = rng.standard_normal((4, 20, 64)).astype(np.float64)
+    rope = posemb.RoPE(64, 32, rotary_dim=16, dtype=np.float64)
+    y = rope(x)
+    ang = truth_angles(np.arange(20), 16)
+    cos = np.concatenate([np.cos(ang)] * 2, -1)
+    sin = np.concatenate([np.sin(ang)] * 2, -1)
+    np.testing.assert_allclose(y, neox_partial(T(x), T(cos), T(sin), 16).numpy(), atol=1e-14)
+
+
+def test_rope_offset_and_positions(rng):
+    rope = posemb.RoPE(32, 16)
+    x = rng.standard_normal((3, 4, 32)).astype(np.float32)
+    y_off = rope(x, offset=10)                 # positions 10..13
+    y_pos = rope(x, positions=np.arange(10, 14))
+    np.testing.assert_array_equal(y_off, y_pos)
+    cos, sin = posemb.rope_cos_sin(np.arange(10, 14), 32)
+    np.testing.assert_array_equal(y_off, (T(x) * T(cos) + hf_rotate_half(T(x)) * T(sin)).numpy())
+    # arbitrary position ids per batch row, broadcast over heads
+    pos = np.array([[5, 1, 9, 2]])[:, None, :].repeat(2, 0)   # (2, 1, 4)
+    x4 = rng.standard_normal((2, 3, 4, 32)).astype(np.float32)
+    c, s = posemb.rope_cos_sin(pos, 32)
+    np.testing.assert_array_equal(rope(x4, pos), (T(x4) * T(c) + hf_rotate_half(T(x4)) * T(s)).numpy())
+
+
+def test_rope_extends_cache_never_identity(rng):
+    rope = posemb.RoPE(16, 4)
+    x = rng.standard_normal((1, 3, 16)).astype(np.float32)
+    y = rope(x, offset=100)                    # far past seq_len=4
+    cos, sin = posemb.rope_cos_sin(np.arange(100, 103), 16)
+    np.testing.assert_array_equal(y, posemb.apply_rope(x, cos, sin))
+    assert not np.allclose(y, x)
+    assert rope.cos_cached.shape[0] >= 103
+    # huge positions are computed directly, not cached
+    y = rope(x, positions=np.array([2**40, 2**40 + 1, 3]))
+    c, s = posemb.rope_cos_sin(np.array([2**40, 2**40 + 1, 3]), 16)
+    np.testing.assert_array_equal(y, posemb.apply_rope(x, c, s))
+    assert rope.cos_cached.shape[0] < 2**20
+
+
+def test_rope_scale_multiplies_angle(rng):
+    x = rng.standard_normal((2, 6, 8))
+    rope = posemb.RoPE(8, 6, scale=0.5, dtype=np.float64)
+    ang = 0.5 * truth_angles(np.arange(6), 8)
+    cos = np.concatenate([np.cos(ang)] * 2, -1)
+    sin = np.concatenate([np.sin(ang)] * 2, -1)
+    np.testing.assert_allclose(rope(x), (T(x) * T(cos) + hf_rotate_half(T(x)) * T(sin)).numpy(),
+                               atol=1e-14)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rot", [16, 8])
+def test_backward_is_autograd_gradient(rng, interleaved, rot):
+    x = rng.standard_normal((2, 7, 16))
+    g = rng.standard_normal((2, 7, 16))
+    # arbitrary (not rotation) tables: the adjoint must still be exact
+    cos = rng.standard_normal((7, rot))
+    sin = rng.standard_normal((7, rot))
+    xt = T(x).requires_grad_(True)
+    if interleaved:
+        xr = xt[..., :rot].reshape(2, 7, rot // 2, 2)
+        x0, x1 = xr[..., 0], xr[..., 1]
+        c0, c1 = T(cos[:, 0::2]), T(cos[:, 1::2])
+        s0, s1 = T(sin[:, 0::2]), T(sin[:, 1::2])
+        y = torch.cat((torch.stack((x0 * c0 - x1 * s0, x1 * c1 + x0 * s1), -1).flatten(-2),
+                       xt[..., rot:]), -1)
+    else:
+        y = neox_partial(xt, T(cos), T(sin), rot)
+    np.testing.assert_allclose(posemb.apply_rope(x, cos, sin, interleaved=interleaved),
+                               y.detach().numpy(), atol=1e-14)
+    y.backward(T(g))
+    got = posemb.apply_rope_backward(g, cos, sin, interleaved=interleaved)
+    np.testing.assert_allclose(got, xt.grad.numpy(), atol=1e-14)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_class_backward_inverts(rng, interleaved):
+    rope = posemb.RoPE(32, 50, interleaved=interleaved, dtype=np.float64)
+    x = rng.standard_normal((4, 50, 32))
+    np.testing.assert_allclose(rope.backward(rope(x)), x, atol=1e-13)
+    # and it is the autograd gradient of the forward
+    xt = T(x).requires_grad_(True)
+    cos, sin = posemb.rope_cos_sin(np.arange(50), 32, interleaved=interleaved, dtype=np.float64)
+    if interleaved:
+        y = interleaved_rope(xt, T(cos[:, 0::2]), T(sin[:, 0::2]))
+    else:
+        y = xt * T(cos) + hf_rotate_half(xt) * T(sin)
+    g = rng.standard_normal(x.shape)
+    y.backward(T(g))
+    np.testing.assert_allclose(rope.backward(g), xt.grad.numpy(), atol=1e-14)
+
+
+def test_out_and_in_place(rng):
+    x = rng.standard_normal((2, 3, 5, 16)).astype(np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 16)
+    want = posemb.apply_rope(x, cos, sin)
+    out = np.empty_like(x)
+    res = posemb.apply_rope(x, cos, sin, out=out)
+    assert res is out
+    np.testing.assert_array_equal(out, want)
+    x2 = x.copy()
+    posemb.apply_rope(x2, cos, sin, out=x2)
+    np.testing.assert_array_equal(x2, want)
+    rope = posemb.RoPE(16, 5)
+    x3 = x.copy()
+    assert rope(x3, out=x3) is x3
+    np.testing.assert_array_equal(x3, want)
+    # an out that partially overlaps x is handled by NumPy (copy), still right
+    buf = np.concatenate([x.reshape(-1), np.zeros(16, np.float32)])
+    src = buf[16:].reshape(x.shape)   # shifted by one vector
+    srcv = src.copy()
+    dst = buf[:-16].reshape(x.shape)
+    posemb.apply_rope(src, cos, sin, out=dst)
+    np.testing.assert_array_equal(dst, posemb.apply_rope(srcv, cos, sin))
+
+
+def test_noncontiguous_broadcast_and_f_order(rng):
+    base = rng.standard_normal((4, 6, 10, 32))
+    x = base[::2, :, ::-1, ::2]         # strided, reversed, inner stride 2
+    cos, sin = posemb.rope_cos_sin(np.arange(10), 16, dtype=np.float64)
+    ref = (T(x.copy()) * T(cos) + hf_rotate_half(T(x.copy())) * T(sin)).numpy()
+    np.testing.assert_array_equal(posemb.apply_rope(x, cos, sin), ref)
+    xf = np.asfortranarray(base[0])
+    cf, sf = posemb.rope_cos_sin(np.arange(10), 32, dtype=np.float64)
+    np.testing.assert_array_equal(posemb.apply_rope(xf, cf, sf),
+                                  posemb.apply_rope(np.ascontiguousarray(xf), cf, sf))
+    # tables broadcast with zero strides
+    c1 = np.broadcast_to(cf[3], (6, 10, 32))
+    s1 = np.broadcast_to(sf[3], (6, 10, 32))
+    np.testing.assert_array_equal(posemb.apply_rope(base[0], c1, s1),
+                                  posemb.apply_rope(base[0], cf[3], sf[3]))
+    # byte-swapped input
+    xs = base[0].astype(">f8")
+    np.testing.assert_array_equal(posemb.apply_rope(xs, cf, sf), posemb.apply_rope(base[0], cf, sf))
+
+
+def test_axes_keyword_via_ufunc(rng):
+    """The raw gufunc takes axes=: features on axis 0."""
+    x = rng.standard_normal((16, 5))
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 16, dtype=np.float64)
+    y = posemb._core.rope_half_fwd(x, cos, sin, axes=[(0,), (-1,), (-1,), (0,)])
+    np.testing.assert_array_equal(y, posemb.apply_rope(x.T, cos, sin).T)
+
+
+def test_float16(rng):
+    x = rng.standard_normal((3, 8, 32)).astype(np.float16)
+    cos, sin = posemb.rope_cos_sin(np.arange(8), 32, dtype=np.float16)
+    y = posemb.apply_rope(x, cos, sin)
+    assert y.dtype == np.float16
+    # computed in float32 from the float16 values, rounded once
+    x32, c32, s32 = x.astype(np.float32), cos.astype(np.float32), sin.astype(np.float32)
+    want = (T(x32) * T(c32) + hf_rotate_half(T(x32)) * T(s32)).numpy().astype(np.float16)
+    np.testing.assert_array_equal(y, want)
+    # and agrees with PyTorch's float16 formula to float16 precision
+    ref = T(x) * T(cos) + hf_rotate_half(T(x)) * T(sin)
+    np.testing.assert_allclose(y.astype(np.float32), ref.float().numpy(), atol=4e-3, rtol=2e-3)
+    rope = posemb.RoPE(32, 8)
+    assert rope(x).dtype == np.float16
+
+
+def test_rotate_half_and_neg_half(rng):
+    x = rng.standard_normal((3, 4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(posemb.rotate_half(x), hf_rotate_half(T(x)).numpy())
+    # Julia neg_half along the first (feature) axis of a (features, seq, batch) array
+    xj = rng.standard_normal((8, 5, 2))
+    want = np.concatenate([-xj[4:], xj[:4]], axis=0)
+    np.testing.assert_array_equal(posemb.neg_half(xj, 0), want)
+    np.testing.assert_array_equal(posemb.neg_half(x), posemb.rotate_half(x))
+    x16 = x.astype(np.float16)
+    np.testing.assert_array_equal(posemb.rotate_half(x16), hf_rotate_half(T(x16)).numpy())
+
+
+@pytest.mark.parametrize("shape,head", [((256, 100, 64), 64), ((32, 100, 512), 512)])
+def test_julia_documented_examples(rng, shape, head):
+    """RoPE(64, 1024) on randn(64, 100, 256); RoPE(512, 1024) on (512, 100, 32) (Julia order)."""
+    rope = posemb.RoPE(head, 1024)
+    x_julia = rng.standard_normal(shape[::-1]).astype(np.float32)   # (head, seq, nheads*batch)
+    x = np.ascontiguousarray(x_julia.transpose(2, 1, 0))             # row-major (..., seq, head)
+    y = rope(x)
+    assert y.shape == shape and y.dtype == np.float32
+    ang = truth_angles(np.arange(100), head)
+    cos = np.concatenate([np.cos(ang)] * 2, -1).astype(np.float32)
+    sin = np.concatenate([np.sin(ang)] * 2, -1).astype(np.float32)
+    # Julia: x .* cos + neg_half(x) .* sin
+    np.testing.assert_array_equal(y, x * cos + posemb.neg_half(x) * sin)
+    # norms are preserved by a rotation
+    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
+
+
+def test_relative_property(rng):
+    """<R_m q, R_n k> depends only on m - n."""
+    rope = posemb.RoPE(64, 300, dtype=np.float64)
+    q = rng.standard_normal(64)
+    k = rng.standard_normal(64)
+    def score(m, n):
+        return rope(q[None], positions=[m]) @ rope(k[None], positions=[n])[0]
+    assert score(10, 3) == pytest.approx(score(207, 200), rel=1e-10)
+
+
+def test_dask_through_gufunc_protocol(rng):
+    da = pytest.importorskip("dask.array")
+    x = rng.standard_normal((8, 4, 16, 32)).astype(np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(16), 32)
+    dx = da.from_array(x, chunks=(2, 4, 16, 32))
+    dy = posemb.apply_rope(dx, cos, sin)
+    assert isinstance(dy, da.Array)
+    np.testing.assert_array_equal(dy.compute(), posemb.apply_rope(x, cos, sin))
+    dy2 = posemb.RoPE(32, 16)(dx)
+    assert isinstance(dy2, da.Array)
+    np.testing.assert_array_equal(dy2.compute(), posemb.apply_rope(x, cos, sin))
+
+
+def test_inputs_not_modified(rng):
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 8)
+    xc, cc, sc = x.copy(), cos.copy(), sin.copy()
+    posemb.apply_rope(x, cos, sin)
+    posemb.apply_rope_backward(x, cos, sin)
+    posemb.RoPE(8, 5)(x)
+    np.testing.assert_array_equal(x, xc)
+    np.testing.assert_array_equal(cos, cc)
+    np.testing.assert_array_equal(sin, sc)
+
+
+def test_zero_sizes():
+    cos, sin = posemb.rope_cos_sin(np.zeros((0,), np.int64), 8)
+    assert cos.shape == (0, 8)
+    x = np.zeros((0, 3, 8), np.float32)
+    assert posemb.RoPE(8, 0)(x).shape == (0, 3, 8)
+    assert posemb.apply_rope(np.zeros((2, 0, 8)), np.zeros((0, 8)), np.zeros((0, 8))).shape == (2, 0, 8)
+    # r = 0: nothing rotates
+    x = np.arange(6.0).reshape(1, 6)
+    np.testing.assert_array_equal(posemb.apply_rope(x, np.zeros((1, 0)), np.zeros((1, 0))), x)
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_inputs(rng):
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 8)
+    with pytest.raises(TypeError, match="x"):
+        posemb.apply_rope(np.ones((2, 8), np.int64), cos, sin)
+    with pytest.raises(TypeError, match="x"):
+        posemb.apply_rope(np.ones((2, 8), np.complex64), cos, sin)
+    with pytest.raises(TypeError, match="cos"):
+        posemb.apply_rope(x, cos.astype(np.int32), sin)
+    with pytest.raises(ValueError, match="even"):
+        posemb.apply_rope(x, cos[:, :7], sin[:, :7])
+    with pytest.raises(ValueError, match="exceed"):
+        posemb.apply_rope(x[..., :4], cos, sin)
+    with pytest.raises(ValueError, match="same width"):
+        posemb.apply_rope(x, cos, sin[:, :6])
+    with pytest.raises(ValueError, match="x must have"):
+        posemb.apply_rope(np.float32(1.0), cos, sin)
+    with pytest.raises(ValueError):  # shapes that do not broadcast
+        posemb.apply_rope(x, cos[:4], sin[:4])
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        posemb.apply_rope(x, cos, sin, out=ro)
+    with pytest.raises(ValueError):
+        posemb.apply_rope(x, cos, sin, out=np.empty((2, 5, 6), np.float32))
+    with pytest.raises(ValueError, match="dim"):
+        posemb.rope_inv_freq(7)
+    with pytest.raises(ValueError, match="base"):
+        posemb.rope_inv_freq(8, base=-1.0)
+    with pytest.raises(ValueError, match="base"):
+        posemb.rope_inv_freq(8, base=float("nan"))
+    with pytest.raises(TypeError, match="dim"):
+        posemb.rope_inv_freq(8.0)
+    with pytest.raises(ValueError, match="positions"):
+        posemb.rope_cos_sin([-1, 2], 8)
+    with pytest.raises(ValueError, match="positions"):
+        posemb.rope_cos_sin([2**60], 8)
+    with pytest.raises(TypeError, match="positions"):
+        posemb.rope_cos_sin([1.5, 2.0], 8)
+    with pytest.raises(TypeError, match="dtype"):
+        posemb.rope_cos_sin([1], 8, dtype=np.int32)
+    with pytest.raises(ValueError, match="head_size"):
+        posemb.RoPE(7, 10)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        posemb.RoPE(8, 10, rotary_dim=16)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        posemb.RoPE(8, 10, rotary_dim=3)
+    with pytest.raises(ValueError, match="seq_len"):
+        posemb.RoPE(8, -1)
+    rope = posemb.RoPE(8, 10)
+    with pytest.raises(ValueError, match="head_size"):
+        rope(np.ones((3, 6), np.float32))
+    with pytest.raises(ValueError, match="offset"):
+        rope(x, offset=-1)
+    with pytest.raises(ValueError, match="positions"):
+        rope(x, positions=np.array([-1, 0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="positions"):
+        rope(x, positions=np.arange(4))          # does not broadcast to (2, 5)
+    with pytest.raises(TypeError, match="positions"):
+        rope(x, positions=np.arange(5.0))
+    with pytest.raises(TypeError, match="x"):
+        rope(np.ones((5, 8), np.int64))
+    with pytest.raises(ValueError, match="freqs_cis"):
+        posemb.apply_rotary_emb(np.ones((1, 5, 2, 8), np.float32), np.ones((1, 5, 2, 8), np.float32),
+                                posemb.precompute_freqs_cis(8, 4))
+    with pytest.raises(TypeError, match="freqs_cis"):
+        posemb.apply_rotary_emb(np.ones((1, 4, 2, 8), np.float32), np.ones((1, 4, 2, 8), np.float32),
+                                np.ones((4, 4), np.float32))
+    with pytest.raises(ValueError, match="even"):
+        posemb.rotate_half(np.ones(5))
+    with pytest.raises(ValueError, match="axis"):
+        posemb.neg_half(np.ones((4, 5)), axis=2)
+    with pytest.raises(ValueError, match="unsqueeze_dim"):
+        posemb.apply_rotary_pos_emb(x, x, cos, sin, unsqueeze_dim=7)
+
+
+def test_private_table_function_checks_arguments():
+    pos = np.arange(3, dtype=np.int64)
+    inv = np.ones(2)
+    c = np.empty((3, 4), np.float32)
+    s = np.empty((3, 4), np.float32)
+    with pytest.raises(ValueError, match="cos"):
+        posemb._core._rope_table(pos, inv, 1.0, False, np.empty((3, 5), np.float32), s)
+    with pytest.raises(TypeError, match="positions"):
+        posemb._core._rope_table(pos.astype(np.int32), inv, 1.0, False, c, s)
+    with pytest.raises(ValueError, match="contiguous"):
+        posemb._core._rope_table(np.arange(6)[::2], inv, 1.0, False, c, s)
+    with pytest.raises(TypeError, match="sin"):
+        posemb._core._rope_table(pos, inv, 1.0, False, c, np.empty((3, 4)))
+    ro = np.empty((3, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        posemb._core._rope_table(pos, inv, 1.0, False, c, ro)
+    with pytest.raises(ValueError, match="share memory"):
+        posemb._core._rope_table(pos, inv, 1.0, False, c, c)
