@@ -22,6 +22,7 @@ else:
         # Kernels match PyTorch's formulas term for term: no fused multiply-add.
         "-ffp-contract=off",
         "-fno-math-errno",
+        "-pthread",
     ]
 
 setup(
@@ -33,6 +34,7 @@ setup(
             include_dirs=[np.get_include(), "src"],
             define_macros=[("NPY_TARGET_VERSION", "NPY_2_1_API_VERSION")],
             extra_compile_args=COMPILE_ARGS,
+            extra_link_args=[] if sys.platform == "win32" else ["-pthread"],
         )
     ]
 )

@@ -31,8 +31,68 @@ __all__ = [
     "RoPE",
 ]
 
-_FWD = {False: _core.rope_half_fwd, True: _core.rope_inter_fwd}
-_BACK = {False: _core.rope_half_back, True: _core.rope_inter_back}
+# kinds as numbered by _core._rope_grid: half fwd, half back, inter fwd, inter back
+_UFUNCS = (_core.rope_half_fwd, _core.rope_half_back, _core.rope_inter_fwd, _core.rope_inter_back)
+
+#: below this many elements of x the gufunc is called directly (lowest overhead)
+_GRID_MIN_SIZE = 1 << 15
+
+
+def _kind(interleaved: bool, backward: bool) -> int:
+    return 2 * bool(interleaved) + bool(backward)
+
+
+def _grid_views(x: np.ndarray, cos: np.ndarray):
+    """How to see x as (B, H, S, d) with tables (B|1, 1, S|1, r), or None.
+
+    Returns a function mapping arrays shaped like x (x itself, out) to the
+    4-d view, and one mapping the tables (padded to x's rank) likewise.
+    """
+    k = x.ndim - 2
+    tshape = (1,) * (x.ndim - cos.ndim) + cos.shape
+    lead_t = tshape[:k]
+    if k == 0:
+        return (lambda a: a[None, None]), (lambda t: t[None, None])
+    if k == 1:
+        if lead_t[0] == 1:
+            return (lambda a: a[None]), (lambda t: t[None])
+        return (lambda a: a[:, None]), (lambda t: t[:, None])
+    if k == 2:
+        if lead_t[1] == 1:
+            return (lambda a: a), (lambda t: t)
+        if lead_t[0] == 1:
+            return (lambda a: a.transpose(1, 0, 2, 3)), (lambda t: t.transpose(1, 0, 2, 3))
+    return None
+
+
+def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any) -> Any:
+    """Apply rotary kernel `kind`: position-blocked C path for large plain
+    ndarrays of one dtype, NumPy's gufunc machinery for everything else."""
+    if (type(x) is np.ndarray and x.size >= _GRID_MIN_SIZE and 2 <= x.ndim <= 4
+            and type(cos) is np.ndarray and type(sin) is np.ndarray
+            and cos.shape == sin.shape and cos.ndim <= x.ndim
+            and cos.dtype == x.dtype and sin.dtype == x.dtype and x.dtype.isnative
+            and (out is None or (type(out) is np.ndarray and out.shape == x.shape
+                                 and out.dtype == x.dtype and out.flags.writeable
+                                 and (out is x or not np.may_share_memory(out, x))
+                                 and not np.may_share_memory(out, cos)
+                                 and not np.may_share_memory(out, sin)))):
+        try:
+            ok = np.broadcast_shapes(cos.shape[:-1], x.shape[:-1]) == x.shape[:-1]
+        except ValueError:
+            ok = False
+        views = _grid_views(x, cos) if ok else None
+        if views is not None:
+            xv, tv = views
+            pad = (1,) * (x.ndim - cos.ndim)
+            c4 = tv(cos.reshape(pad + cos.shape))
+            s4 = tv(sin.reshape(pad + sin.shape))
+            if out is None:
+                out = np.empty_like(x)
+            _core._rope_grid(kind, xv(x), c4, s4, xv(out))
+            return out
+    uf = _UFUNCS[kind]
+    return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
 
 
 def rope_inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
@@ -170,9 +230,7 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     ((2, 5, 8), True)
     """
     x, cos, sin = _rope_operands(x, cos, sin)
-    if out is None:
-        return _FWD[bool(interleaved)](x, cos, sin)
-    return _FWD[bool(interleaved)](x, cos, sin, out=out)
+    return _run(_kind(interleaved, False), x, cos, sin, out)
 
 
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
@@ -192,9 +250,7 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     True
     """
     grad, cos, sin = _rope_operands(grad, cos, sin)
-    if out is None:
-        return _BACK[bool(interleaved)](grad, cos, sin)
-    return _BACK[bool(interleaved)](grad, cos, sin, out=out)
+    return _run(_kind(interleaved, True), grad, cos, sin, out)
 
 
 def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any = None,
@@ -329,7 +385,7 @@ def apply_rotary_emb(xq: Any, xk: Any, freqs_cis: Any) -> tuple[np.ndarray, np.n
         table_shape = (1, fc.shape[0]) + (1,) * (len(x.shape) - 3) + (x.shape[-1],)
         cos = np.repeat(fc.real.astype(work), 2, axis=-1).reshape(table_shape)
         sin = np.repeat(fc.imag.astype(work), 2, axis=-1).reshape(table_shape)
-        y = _core.rope_inter_fwd(x, cos, sin)
+        y = _run(2, x, cos, sin, None)
         results.append(y.astype(x.dtype, copy=False))
     return results[0], results[1]
 
@@ -520,8 +576,7 @@ class RoPE:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
         x = _checks.float_operand(x, "x")
         cos, sin = self._tables_for(x, positions, offset, "x")
-        uf = _FWD[self.interleaved]
-        return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
+        return _run(_kind(self.interleaved, False), x, cos, sin, out)
 
     forward = __call__
 
@@ -539,5 +594,4 @@ class RoPE:
         """
         grad = _checks.float_operand(grad, "grad")
         cos, sin = self._tables_for(grad, positions, offset, "grad")
-        uf = _BACK[self.interleaved]
-        return uf(grad, cos, sin) if out is None else uf(grad, cos, sin, out=out)
+        return _run(_kind(self.interleaved, True), grad, cos, sin, out)

@@ -88,11 +88,42 @@ check_array(PyObject *obj, const char *name, int typenum, int ndim,
     return 0;
 }
 
+/* The byte range [lo, hi) an array can touch; empty for a size-0 array. */
+static void
+array_extent(PyArrayObject *a, char **lo, char **hi)
+{
+    char *l = PyArray_BYTES(a), *h = PyArray_BYTES(a);
+    int i;
+    if (PyArray_SIZE(a) == 0) {
+        *lo = *hi = l;
+        return;
+    }
+    for (i = 0; i < PyArray_NDIM(a); i++) {
+        const npy_intp span = (PyArray_DIM(a, i) - 1) * PyArray_STRIDE(a, i);
+        if (span < 0)
+            l += span;
+        else
+            h += span;
+    }
+    *lo = l;
+    *hi = h + PyArray_ITEMSIZE(a);
+}
+
+/* May a and b share memory?  Conservative: compares byte extents. */
+static int
+extents_overlap(PyArrayObject *a, PyArrayObject *b)
+{
+    char *alo, *ahi, *blo, *bhi;
+    array_extent(a, &alo, &ahi);
+    array_extent(b, &blo, &bhi);
+    return alo < bhi && blo < ahi && alo != ahi && blo != bhi;
+}
+
 /* ------------------------------------------------------------------ */
 /* RoPE: apply gufuncs, rotate_half, tables                             */
 /* ------------------------------------------------------------------ */
 
-typedef struct { pe_rope_fn fn; } rope_kernel;
+typedef struct { pe_rope_fn fn; npy_intp itemsize; } rope_kernel;
 typedef struct { void (*fn)(const pe_unary_loop *); } unary_kernel;
 
 /* signature (d),(r),(r)->(d); dims = {n, d, r}; 4 outer + 4 core steps */
@@ -116,7 +147,8 @@ rope_loop(char **args, npy_intp const *dims, npy_intp const *steps,
     L.cos_inner = steps[5];
     L.sin_inner = steps[6];
     L.y_inner = steps[7];
-    ((const rope_kernel *)data)->fn(&L);
+    pe_rope_parallel(((const rope_kernel *)data)->fn, &L,
+                     ((const rope_kernel *)data)->itemsize);
 }
 
 /* signature (d)->(d); dims = {n, d}; 2 outer + 2 core steps */
@@ -168,15 +200,21 @@ even_core_dim(PyUFuncObject *ufunc, npy_intp *core)
     return 0;
 }
 
-static const rope_kernel rope_half_fwd[3] = {
-    {pe_rope_half_fwd_f16}, {pe_rope_half_fwd_f32}, {pe_rope_half_fwd_f64}};
-static const rope_kernel rope_half_back[3] = {
-    {pe_rope_half_back_f16}, {pe_rope_half_back_f32}, {pe_rope_half_back_f64}};
-static const rope_kernel rope_inter_fwd[3] = {
-    {pe_rope_inter_fwd_f16}, {pe_rope_inter_fwd_f32}, {pe_rope_inter_fwd_f64}};
-static const rope_kernel rope_inter_back[3] = {
-    {pe_rope_inter_back_f16}, {pe_rope_inter_back_f32},
-    {pe_rope_inter_back_f64}};
+static const rope_kernel rope_half_fwd[3] = {{pe_rope_half_fwd_f16, 2},
+                                             {pe_rope_half_fwd_f32, 4},
+                                             {pe_rope_half_fwd_f64, 8}};
+static const rope_kernel rope_half_back[3] = {{pe_rope_half_back_f16, 2},
+                                              {pe_rope_half_back_f32, 4},
+                                              {pe_rope_half_back_f64, 8}};
+static const rope_kernel rope_inter_fwd[3] = {{pe_rope_inter_fwd_f16, 2},
+                                              {pe_rope_inter_fwd_f32, 4},
+                                              {pe_rope_inter_fwd_f64, 8}};
+static const rope_kernel rope_inter_back[3] = {{pe_rope_inter_back_f16, 2},
+                                               {pe_rope_inter_back_f32, 4},
+                                               {pe_rope_inter_back_f64, 8}};
+/* by kind: 0 half fwd, 1 half back, 2 interleaved fwd, 3 interleaved back */
+static const rope_kernel *const rope_by_kind[4] = {
+    rope_half_fwd, rope_half_back, rope_inter_fwd, rope_inter_back};
 static const unary_kernel rotate_half_k[3] = {
     {pe_rotate_half_f16}, {pe_rotate_half_f32}, {pe_rotate_half_f64}};
 
@@ -270,7 +308,221 @@ py_rope_table(PyObject *Py_UNUSED(self), PyObject *args)
     Py_RETURN_NONE;
 }
 
+
+/*
+ * _rope_grid(kind, x, cos, sin, out): the position-blocked fast path of
+ * posemb.apply_rope for (B, H, S, d) arrays whose tables are (B|1, 1, S|1, r).
+ * x, out: 4-d, same shape and dtype (float16/32/64, native, aligned), any
+ * strides; out writeable and either exactly x or not overlapping it.
+ * cos, sin: 4-d, the same dtype, axis 1 of length 1, broadcastable.
+ */
+static int
+grid_operand(PyObject *obj, const char *name, int typenum, int writeable)
+{
+    PyArrayObject *a;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
+        return -1;
+    }
+    a = (PyArrayObject *)obj;
+    if (PyArray_NDIM(a) != 4) {
+        PyErr_Format(PyExc_ValueError, "%s must have 4 dimensions", name);
+        return -1;
+    }
+    if (PyArray_TYPE(a) != typenum || !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)
+        || !PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must have x's dtype, native byte order, aligned", name);
+        return -1;
+    }
+    if (writeable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *xo, *co, *so, *yo;
+    PyArrayObject *x, *c, *s, *y;
+    int kind, typenum, k, t;
+    const rope_kernel *kern;
+    pe_rope_grid g;
+
+    if (!PyArg_ParseTuple(args, "iOOOO:_rope_grid", &kind, &xo, &co, &so, &yo))
+        return NULL;
+    if (kind < 0 || kind > 3) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 0..3");
+        return NULL;
+    }
+    if (!PyArray_Check(xo)) {
+        PyErr_SetString(PyExc_TypeError, "x must be a numpy.ndarray");
+        return NULL;
+    }
+    typenum = PyArray_TYPE((PyArrayObject *)xo);
+    k = typenum == NPY_HALF ? 0 : typenum == NPY_FLOAT ? 1
+        : typenum == NPY_DOUBLE ? 2 : -1;
+    if (k < 0) {
+        PyErr_SetString(PyExc_TypeError, "x must be float16, float32 or float64");
+        return NULL;
+    }
+    if (grid_operand(xo, "x", typenum, 0) < 0 ||
+        grid_operand(co, "cos", typenum, 0) < 0 ||
+        grid_operand(so, "sin", typenum, 0) < 0 ||
+        grid_operand(yo, "out", typenum, 1) < 0)
+        return NULL;
+    x = (PyArrayObject *)xo;
+    c = (PyArrayObject *)co;
+    s = (PyArrayObject *)so;
+    y = (PyArrayObject *)yo;
+    for (t = 0; t < 4; t++) {
+        if (PyArray_DIM(y, t) != PyArray_DIM(x, t)) {
+            PyErr_SetString(PyExc_ValueError, "out must have x's shape");
+            return NULL;
+        }
+    }
+    for (t = 0; t < 2; t++) {
+        PyArrayObject *tab = t ? s : c;
+        const char *nm = t ? "sin" : "cos";
+        if (PyArray_DIM(tab, 1) != 1 ||
+            (PyArray_DIM(tab, 0) != 1 && PyArray_DIM(tab, 0) != PyArray_DIM(x, 0)) ||
+            (PyArray_DIM(tab, 2) != 1 && PyArray_DIM(tab, 2) != PyArray_DIM(x, 2))) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s must have shape (1|B, 1, 1|S, r) for x of shape (B, H, S, d)",
+                         nm);
+            return NULL;
+        }
+    }
+    g.B = PyArray_DIM(x, 0);
+    g.H = PyArray_DIM(x, 1);
+    g.S = PyArray_DIM(x, 2);
+    g.d = PyArray_DIM(x, 3);
+    g.r = PyArray_DIM(c, 3);
+    if (PyArray_DIM(s, 3) != g.r || g.r % 2 != 0 || g.r > g.d) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cos/sin width must be equal, even and at most x's last axis");
+        return NULL;
+    }
+    /* out is x itself, or shares no memory with any input */
+    if (!(PyArray_DATA(y) == PyArray_DATA(x) &&
+          PyArray_STRIDE(y, 0) == PyArray_STRIDE(x, 0) &&
+          PyArray_STRIDE(y, 1) == PyArray_STRIDE(x, 1) &&
+          PyArray_STRIDE(y, 2) == PyArray_STRIDE(x, 2) &&
+          PyArray_STRIDE(y, 3) == PyArray_STRIDE(x, 3))) {
+        if (extents_overlap(y, x)) {
+            PyErr_SetString(PyExc_ValueError, "out overlaps x");
+            return NULL;
+        }
+    }
+    if (extents_overlap(y, c) || extents_overlap(y, s)) {
+        PyErr_SetString(PyExc_ValueError, "out overlaps cos or sin");
+        return NULL;
+    }
+    g.x = PyArray_BYTES(x);
+    g.y = PyArray_BYTES(y);
+    g.cos = PyArray_BYTES(c);
+    g.sin = PyArray_BYTES(s);
+    g.x_b = PyArray_STRIDE(x, 0);
+    g.x_h = PyArray_STRIDE(x, 1);
+    g.x_s = PyArray_STRIDE(x, 2);
+    g.x_inner = PyArray_STRIDE(x, 3);
+    g.y_b = PyArray_STRIDE(y, 0);
+    g.y_h = PyArray_STRIDE(y, 1);
+    g.y_s = PyArray_STRIDE(y, 2);
+    g.y_inner = PyArray_STRIDE(y, 3);
+    g.cos_b = PyArray_DIM(c, 0) == 1 ? 0 : PyArray_STRIDE(c, 0);
+    g.cos_s = PyArray_DIM(c, 2) == 1 ? 0 : PyArray_STRIDE(c, 2);
+    g.cos_inner = PyArray_STRIDE(c, 3);
+    g.sin_b = PyArray_DIM(s, 0) == 1 ? 0 : PyArray_STRIDE(s, 0);
+    g.sin_s = PyArray_DIM(s, 2) == 1 ? 0 : PyArray_STRIDE(s, 2);
+    g.sin_inner = PyArray_STRIDE(s, 3);
+    kern = &rope_by_kind[kind][k];
+    Py_BEGIN_ALLOW_THREADS
+    pe_rope_grid_run(kern->fn, &g, kern->itemsize);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(yo);
+    return yo;
+}
+
+/* set_num_threads(n) -> n actually used; get_num_threads() */
+static PyObject *
+py_set_num_threads(PyObject *Py_UNUSED(self), PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "n must be >= 1");
+        return NULL;
+    }
+    return PyLong_FromLong(pe_set_num_threads(n > 1024 ? 1024 : (int)n));
+}
+
+static PyObject *
+py_get_num_threads(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(arg))
+{
+    return PyLong_FromLong(pe_get_num_threads());
+}
+
+/* _stream(kind, a, b): the benchmarks' bandwidth limit on the pool.
+ * kind "scale": a *= 1 in place; "fill": a[:] = 0; "copy": b[:] = a.
+ * a, b: C-contiguous float32 arrays (b writeable, same size, disjoint). */
+static PyObject *
+py_stream(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    const char *kind;
+    PyObject *ao, *bo = Py_None;
+    PyArrayObject *a;
+    if (!PyArg_ParseTuple(args, "sO|O:_stream", &kind, &ao, &bo))
+        return NULL;
+    if (check_array(ao, "a", NPY_FLOAT, PyArray_Check(ao) ?
+                    PyArray_NDIM((PyArrayObject *)ao) : 1, 0) < 0)
+        return NULL;
+    a = (PyArrayObject *)ao;
+    if (strcmp(kind, "copy") == 0) {
+        PyArrayObject *b;
+        if (check_array(bo, "b", NPY_FLOAT, PyArray_Check(bo) ?
+                        PyArray_NDIM((PyArrayObject *)bo) : 1, 1) < 0)
+            return NULL;
+        b = (PyArrayObject *)bo;
+        if (PyArray_NBYTES(b) != PyArray_NBYTES(a) ||
+            extents_overlap(a, b)) {
+            PyErr_SetString(PyExc_ValueError, "b must match a's size, disjoint");
+            return NULL;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        pe_stream_copy(PyArray_NBYTES(a), PyArray_DATA(a), PyArray_DATA(b));
+        Py_END_ALLOW_THREADS
+    } else if (strcmp(kind, "scale") == 0 || strcmp(kind, "fill") == 0) {
+        const int fill = kind[0] == 'f';
+        if (!PyArray_ISWRITEABLE(a)) {
+            PyErr_SetString(PyExc_ValueError, "a must be writeable");
+            return NULL;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        if (fill)
+            pe_stream_fill_f32(PyArray_SIZE(a), (float *)PyArray_DATA(a), 0.0f);
+        else
+            pe_stream_scale_f32(PyArray_SIZE(a), (float *)PyArray_DATA(a), 1.0f);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyErr_SetString(PyExc_ValueError, "kind must be 'scale', 'fill' or 'copy'");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef rope_methods[] = {
+    {"_rope_grid", py_rope_grid, METH_VARARGS,
+     "_rope_grid(kind, x, cos, sin, out): position-blocked RoPE on (B, H, S, d)."},
+    {"set_num_threads", py_set_num_threads, METH_O,
+     "set_num_threads(n) -> the thread count now used by posemb's kernels."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS,
+     "get_num_threads() -> the thread count used by posemb's kernels."},
+    {"_stream", py_stream, METH_VARARGS,
+     "_stream(kind, a, b=None): benchmark bandwidth limit ('scale', 'fill', 'copy')."},
     {"_rope_table", py_rope_table, METH_VARARGS,
      "_rope_table(positions, inv_freq, attention_scale, interleaved, cos, sin)"
      "\n\nFill full-width rotary tables in place (see posemb.rope_cos_sin)."},

@@ -15,11 +15,50 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Run-time SIMD dispatch: with GCC on x86-64 ELF targets, hot kernels are
+ * compiled twice (AVX2+FMA-capable and baseline SSE2) and the loader picks
+ * one by CPUID (an ifunc).  Elsewhere they are compiled once for the
+ * baseline.  The build itself never uses -march, so one wheel runs
+ * everywhere.  FMA contraction stays off (-ffp-contract=off): results are
+ * the same on every path.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    defined(__ELF__) && !defined(POSEMB_NO_CLONES)
+#define PE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PE_SIMD_CLONES
+#endif
+
 /* ------------------------------------------------------------------ */
 /* float16 <-> float32 (IEEE binary16, round to nearest even)          */
 /* ------------------------------------------------------------------ */
 float pe_half_to_float(uint16_t h);
 uint16_t pe_float_to_half(float f);
+
+/* ------------------------------------------------------------------ */
+/* Thread pool (pool.c)                                                */
+/* ------------------------------------------------------------------ */
+
+/* fn(ctx, begin, end) processes items [begin, end) of a parallel job. */
+typedef void (*pe_task_fn)(void *ctx, ptrdiff_t begin, ptrdiff_t end);
+
+/*
+ * Run fn over [0, n) split into at most get_num_threads() parts of at least
+ * `grain` items; serial when small or when the pool is busy.  Parts must
+ * write disjoint memory.
+ */
+void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx);
+int pe_set_num_threads(int n);   /* clamps to [1, 64]; returns the value */
+int pe_get_num_threads(void);    /* default: online CPUs */
+
+/* Work below this many bytes touched runs on one thread. */
+#define PE_PARALLEL_MIN_BYTES ((ptrdiff_t)1 << 18)
+
+/* Streaming passes for the benchmarks' bandwidth limit (stream.c). */
+void pe_stream_scale_f32(ptrdiff_t n, float *x, float a);   /* x *= a */
+void pe_stream_fill_f32(ptrdiff_t n, float *x, float a);    /* x = a  */
+void pe_stream_copy(ptrdiff_t nbytes, const void *src, void *dst);
 
 /* ------------------------------------------------------------------ */
 /* RoPE: rotary position embeddings (rope.c)                           */
@@ -65,6 +104,32 @@ void pe_rope_inter_fwd_f64(const pe_rope_loop *a);
 void pe_rope_inter_back_f16(const pe_rope_loop *a);
 void pe_rope_inter_back_f32(const pe_rope_loop *a);
 void pe_rope_inter_back_f64(const pe_rope_loop *a);
+
+/*
+ * Run a rotary kernel over L->n vectors on the thread pool (each part is
+ * the same kernel on a sub-range of vectors).  itemsize is the element size.
+ */
+void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize);
+
+/*
+ * A (B, H, S, d) grid of vectors whose tables depend on (b, s) only: x/y
+ * byte strides over (b, h, s), table strides over (b, s) (0 to broadcast),
+ * inner strides over features.  The typical layouts are HF/Julia
+ * (batch, heads, seq, head_dim) with tables (seq, dim) or (batch, 1, seq,
+ * dim).  pe_rope_grid runs fn position-block by position-block with all H
+ * heads inside a block, so each table row is read from memory once and
+ * reused from cache for every head; blocks are spread over the pool.
+ */
+typedef struct pe_rope_grid {
+    ptrdiff_t B, H, S, d, r;
+    const char *x, *cos, *sin;
+    char *y;
+    ptrdiff_t x_b, x_h, x_s, y_b, y_h, y_s;
+    ptrdiff_t cos_b, cos_s, sin_b, sin_s;
+    ptrdiff_t x_inner, cos_inner, sin_inner, y_inner;
+} pe_rope_grid;
+
+void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize);
 
 /*
  * rotate_half over n vectors of d (even) features, signature (d)->(d):

@@ -100,6 +100,7 @@ static void rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
 
 #define DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF)                                 \
 DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                            \
+PE_SIMD_CLONES                                                                \
 void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
@@ -208,3 +209,96 @@ void pe_rope_table_##SUF(ptrdiff_t n, const int64_t *pos, ptrdiff_t h,        \
 
 DEFINE_ROPE_TABLE(float, f32)
 DEFINE_ROPE_TABLE(double, f64)
+
+/* ------------------------------------------------------------------ */
+/* Drivers: the thread pool, and position-blocked grids                 */
+/* ------------------------------------------------------------------ */
+
+typedef struct { pe_rope_fn fn; const pe_rope_loop *L; } rope_range_job;
+
+static void rope_range_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const rope_range_job *job = (const rope_range_job *)ctx;
+    pe_rope_loop sub = *job->L;
+    sub.n = end - begin;
+    sub.x += begin * sub.x_step;
+    sub.cos += begin * sub.cos_step;
+    sub.sin += begin * sub.sin_step;
+    sub.y += begin * sub.y_step;
+    job->fn(&sub);
+}
+
+/* bytes one vector touches: x and y, and its table rows */
+static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
+{
+    const ptrdiff_t b = (2 * d + 2 * r) * itemsize;
+    return b > 0 ? b : 1;
+}
+
+void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize)
+{
+    rope_range_job job = {fn, L};
+    const ptrdiff_t grain =
+        PE_PARALLEL_MIN_BYTES / rope_vector_bytes(L->d, L->r, itemsize) + 1;
+    pe_parallel_for(L->n, grain, rope_range_task, &job);
+}
+
+typedef struct {
+    pe_rope_fn fn;
+    const pe_rope_grid *g;
+    ptrdiff_t rows;      /* positions per block */
+    ptrdiff_t blocks;    /* blocks per batch entry */
+} rope_grid_job;
+
+/* items are (b, block) pairs; each runs every head over the block */
+static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const rope_grid_job *job = (const rope_grid_job *)ctx;
+    const pe_rope_grid *g = job->g;
+    for (ptrdiff_t t = begin; t < end; t++) {
+        const ptrdiff_t b = t / job->blocks;
+        const ptrdiff_t s0 = (t % job->blocks) * job->rows;
+        const ptrdiff_t rows = g->S - s0 < job->rows ? g->S - s0 : job->rows;
+        pe_rope_loop L;
+        L.n = rows;
+        L.d = g->d;
+        L.r = g->r;
+        L.cos = g->cos + b * g->cos_b + s0 * g->cos_s;
+        L.sin = g->sin + b * g->sin_b + s0 * g->sin_s;
+        L.x_step = g->x_s;
+        L.y_step = g->y_s;
+        L.cos_step = g->cos_s;
+        L.sin_step = g->sin_s;
+        L.x_inner = g->x_inner;
+        L.y_inner = g->y_inner;
+        L.cos_inner = g->cos_inner;
+        L.sin_inner = g->sin_inner;
+        for (ptrdiff_t h = 0; h < g->H; h++) {
+            L.x = g->x + b * g->x_b + h * g->x_h + s0 * g->x_s;
+            L.y = g->y + b * g->y_b + h * g->y_h + s0 * g->y_s;
+            job->fn(&L);
+        }
+    }
+}
+
+void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
+{
+    /* a block of table rows (cos and sin) fits in about 16 KiB of L1 */
+    const ptrdiff_t row_bytes = 2 * (g->r > 0 ? g->r : 1) * itemsize;
+    ptrdiff_t rows = ((ptrdiff_t)16 << 10) / row_bytes;
+    rope_grid_job job;
+    ptrdiff_t block_bytes;
+    if (g->B <= 0 || g->H <= 0 || g->S <= 0)
+        return;
+    if (rows < 1)
+        rows = 1;
+    if (rows > g->S)
+        rows = g->S;
+    job.fn = fn;
+    job.g = g;
+    job.rows = rows;
+    job.blocks = (g->S + rows - 1) / rows;
+    block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, itemsize);
+    pe_parallel_for(g->B * job.blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
+                    rope_grid_task, &job);
+}

@@ -75,6 +75,49 @@ def truth_angles(positions, dim, base=10000.0):
 
 T = torch.from_numpy
 
+
+@pytest.fixture(autouse=True, params=["gufunc", "grid"])
+def rope_path(request, monkeypatch):
+    """Run every test through both C paths: NumPy's gufunc loop, and the
+    position-blocked (B, H, S, d) driver used for large arrays."""
+    import posemb._rope as r
+    monkeypatch.setattr(r, "_GRID_MIN_SIZE", 2**62 if request.param == "gufunc" else 0)
+    return request.param
+
+
+def test_grid_path_is_taken(rope_path, monkeypatch):
+    calls = []
+    real = posemb._core._rope_grid
+    monkeypatch.setattr(posemb._core, "_rope_grid", lambda *a: calls.append(1) or real(*a))
+    x = np.ones((2, 3, 5, 8), np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 8)
+    posemb.apply_rope(x, cos, sin)
+    posemb.RoPE(8, 5)(x, out=x)
+    posemb.apply_rope(x[0], cos, sin)
+    assert len(calls) == (3 if rope_path == "grid" else 0)
+
+
+@pytest.mark.parametrize("tshape", [(5, 16), (1, 5, 16), (2, 1, 5, 16), (1, 3, 5, 16),
+                                    (2, 3, 5, 16), (1, 1, 1, 16), (3, 1, 16), (16,),
+                                    (2, 1, 1, 16)])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_table_broadcast_layouts(rng, tshape, interleaved):
+    """Every way tables can broadcast against (B, H, S, d) gives the formula."""
+    x = rng.standard_normal((2, 3, 5, 16)).astype(np.float32)
+    cos = rng.standard_normal(tshape).astype(np.float32)
+    sin = rng.standard_normal(tshape).astype(np.float32)
+    y = posemb.apply_rope(x, cos, sin, interleaved=interleaved)
+    cb, sb = np.broadcast_to(cos, x.shape), np.broadcast_to(sin, x.shape)
+    if interleaved:
+        rot = T(x).reshape(2, 3, 5, 8, 2)
+        r = torch.stack((-rot[..., 1], rot[..., 0]), -1).flatten(-2)
+        ref = T(x) * T(cb.copy()) + r * T(sb.copy())
+    else:
+        ref = T(x) * T(cb.copy()) + hf_rotate_half(T(x)) * T(sb.copy())
+    np.testing.assert_array_equal(y, ref.numpy())
+    yb = posemb.apply_rope_backward(x, cos, sin, interleaved=interleaved)
+    assert yb.shape == x.shape
+
 # ---------------------------------------------------------------- tables
 
 

@@ -1,0 +1,227 @@
+/*
+ * pool.c - posemb's small internal thread pool (no OpenMP in wheels).
+ *
+ * pe_parallel_for(n, grain, fn, ctx) splits [0, n) into at most
+ * get_num_threads() contiguous parts of at least `grain` items and runs
+ * fn(ctx, begin, end) on each, the caller taking part 0.  It is the only
+ * global mutable state in posemb, and it is guarded:
+ *   - one job at a time: a caller that finds the pool busy (another thread,
+ *     or a nested call) runs its whole range serially instead of waiting;
+ *   - fork: pthread_atfork waits for any job in flight and the child starts
+ *     with a fresh, empty pool (worker threads do not survive fork);
+ *   - set_num_threads takes the job lock, so it never changes a running job.
+ * Workers sleep on a condition variable between jobs and never touch Python.
+ * Without POSIX threads (e.g. MSVC) everything runs serially.
+ */
+#include "posemb.h"
+
+#if defined(_WIN32) || defined(POSEMB_NO_THREADS)
+
+int pe_set_num_threads(int n) { (void)n; return 1; }
+int pe_get_num_threads(void) { return 1; }
+void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
+{
+    (void)grain;
+    if (n > 0)
+        fn(ctx, 0, n);
+}
+
+#else
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+/* How long a worker (or the caller) spins before sleeping: a job that
+ * follows within this many polls starts without a condvar wake-up. */
+#define PE_SPIN_POLLS 20000
+
+#define PE_MAX_THREADS 64
+
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;  /* one job */
+static pthread_mutex_t state_mx = PTHREAD_MUTEX_INITIALIZER;  /* below */
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
+static int num_threads = 0;          /* 0: not set yet, use the CPU count */
+static int num_workers = 0;          /* worker threads started */
+static atomic_ulong generation;      /* bumped for every job */
+static atomic_int pending;           /* workers still on the current job */
+static pe_task_fn job_fn;
+static void *job_ctx;
+static ptrdiff_t job_n;
+static int job_parts;
+static unsigned long start_gen[PE_MAX_THREADS]; /* generation at creation */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        return 1;
+    return n > PE_MAX_THREADS ? PE_MAX_THREADS : (int)n;
+}
+
+static void run_part(pe_task_fn fn, void *ctx, ptrdiff_t n, int parts, int i)
+{
+    /* part i of `parts` near-equal contiguous ranges of [0, n) */
+    const ptrdiff_t lo = (ptrdiff_t)((double)n * i / parts);
+    const ptrdiff_t hi = i + 1 == parts ? n : (ptrdiff_t)((double)n * (i + 1) / parts);
+    if (hi > lo)
+        fn(ctx, lo, hi);
+}
+
+static void *worker_main(void *arg)
+{
+    const int index = (int)(ptrdiff_t)arg;      /* 1 .. num_workers */
+    unsigned long seen;
+    pthread_mutex_lock(&state_mx);
+    seen = start_gen[index];    /* jobs after this one are ours */
+    pthread_mutex_unlock(&state_mx);
+    for (;;) {
+        pe_task_fn fn;
+        void *ctx;
+        ptrdiff_t n;
+        int parts, spin;
+        /* spin a little, then sleep until the next job is published */
+        for (spin = 0; spin < PE_SPIN_POLLS && atomic_load(&generation) == seen; spin++)
+            ;
+        pthread_mutex_lock(&state_mx);
+        while (atomic_load(&generation) == seen)
+            pthread_cond_wait(&work_cv, &state_mx);
+        seen = atomic_load(&generation);
+        fn = job_fn;
+        ctx = job_ctx;
+        n = job_n;
+        parts = job_parts;
+        pthread_mutex_unlock(&state_mx);
+        if (index < parts)
+            run_part(fn, ctx, n, parts, index);
+        if (atomic_fetch_sub(&pending, 1) == 1) {
+            pthread_mutex_lock(&state_mx);
+            pthread_cond_signal(&done_cv);
+            pthread_mutex_unlock(&state_mx);
+        }
+    }
+    return NULL;
+}
+
+/* fork: hold the job lock across fork so no job is in flight */
+static void atfork_prepare(void) { pthread_mutex_lock(&job_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&job_lock); }
+static void atfork_child(void)
+{
+    /* the workers did not come along: start from an empty pool */
+    pthread_mutex_init(&state_mx, NULL);
+    pthread_cond_init(&work_cv, NULL);
+    pthread_cond_init(&done_cv, NULL);
+    num_workers = 0;
+    atomic_store(&pending, 0);
+    atomic_store(&generation, 0);
+    pthread_mutex_init(&job_lock, NULL);
+}
+static void install_atfork(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+int pe_set_num_threads(int n)
+{
+    pthread_once(&atfork_once, install_atfork);
+    if (n < 1)
+        n = 1;
+    if (n > PE_MAX_THREADS)
+        n = PE_MAX_THREADS;
+    pthread_mutex_lock(&job_lock);
+    num_threads = n;
+    pthread_mutex_unlock(&job_lock);
+    return n;
+}
+
+int pe_get_num_threads(void)
+{
+    int n;
+    pthread_mutex_lock(&job_lock);
+    if (num_threads == 0)
+        num_threads = default_threads();
+    n = num_threads;
+    pthread_mutex_unlock(&job_lock);
+    return n;
+}
+
+/* Start workers up to `want - 1`; called with job_lock held. */
+static int ensure_workers(int want)
+{
+    while (num_workers < want - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        int rc;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* the worker joins from the next job on, however late it starts */
+        pthread_mutex_lock(&state_mx);
+        start_gen[num_workers + 1] = atomic_load(&generation);
+        rc = pthread_create(&t, &attr, worker_main,
+                            (void *)(ptrdiff_t)(num_workers + 1));
+        if (rc == 0)
+            num_workers++;
+        pthread_mutex_unlock(&state_mx);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break;
+    }
+    return num_workers + 1;
+}
+
+void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
+{
+    int parts;
+    ptrdiff_t max_parts;
+
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    max_parts = n / grain;
+    if (max_parts < 2 || pthread_mutex_trylock(&job_lock) != 0) {
+        fn(ctx, 0, n);          /* small, or the pool is busy: serial */
+        return;
+    }
+    pthread_once(&atfork_once, install_atfork);
+    if (num_threads == 0)
+        num_threads = default_threads();
+    parts = num_threads;
+    if ((ptrdiff_t)parts > max_parts)
+        parts = (int)max_parts;
+    if (parts > 1) {
+        const int have = ensure_workers(parts);
+        if (have < parts)
+            parts = have;       /* thread creation failed: fewer parts */
+    }
+    if (parts < 2) {
+        pthread_mutex_unlock(&job_lock);
+        fn(ctx, 0, n);
+        return;
+    }
+
+    pthread_mutex_lock(&state_mx);
+    job_fn = fn;
+    job_ctx = ctx;
+    job_n = n;
+    job_parts = parts;
+    atomic_store(&pending, num_workers);
+    atomic_fetch_add(&generation, 1);    /* publishes the job fields */
+    pthread_cond_broadcast(&work_cv);
+    pthread_mutex_unlock(&state_mx);
+
+    run_part(fn, ctx, n, parts, 0);
+
+    for (int spin = 0; spin < PE_SPIN_POLLS && atomic_load(&pending) > 0; spin++)
+        ;
+    pthread_mutex_lock(&state_mx);
+    while (atomic_load(&pending) > 0)
+        pthread_cond_wait(&done_cv, &state_mx);
+    pthread_mutex_unlock(&state_mx);
+    pthread_mutex_unlock(&job_lock);
+}
+
+#endif
