@@ -23,6 +23,7 @@ from ._rope import (
     rotate_half,
 )
 
+from ._threads import get_num_threads, set_num_threads
 from ._sinusoidal import *  # noqa: F401,F403
 from ._learned import *  # noqa: F401,F403
 from ._relative import *  # noqa: F401,F403
@@ -45,6 +46,8 @@ __all__ = [
     "rope_cos_sin",
     "rope_inv_freq",
     "rotate_half",
+    "get_num_threads",
+    "set_num_threads",
     "__version__",
     *_sinusoidal.__all__,
     *_learned.__all__,
