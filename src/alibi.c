@@ -18,7 +18,7 @@
  *   out[h, i, j] = -(m[h] * (p_i - j))       (causal form)
  *   out[h, i, j] = -(m[h] * |p_i - j|)       (symmetric)
  * with p_i = query_offset + i; the product is formed in float64 and
- * rounded once to T.  |query_offset| + q + k must stay below 2**53 so that
+ * rounded once to T (a zero distance gives +0, not -0).  |query_offset| + q + k must stay below 2**53 so that
  * every distance is exact.  Returns 0, or -1 without scratch memory.
  */
 #define DEFINE_ALIBI_BIAS(T, SUF)                                             \
@@ -41,7 +41,7 @@ int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
             double d = (double)(query_offset - (int64_t)(t - (q - 1)));       \
             if (symmetric)                                                    \
                 d = fabs(d);                                                  \
-            diag[t] = (T)(-(m * d));                                          \
+            diag[t] = (T)(-(m * d) + 0.0); /* + 0.0: no -0 at i == j */      \
         }                                                                     \
         for (ptrdiff_t i = 0; i < q; i++)                                     \
             memcpy(o + i * k, diag + (q - 1 - i), (size_t)k * sizeof(T));     \
