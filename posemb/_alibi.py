@@ -1,2 +1,135 @@
-"""alibi (filled in by its issue)."""
-__all__: list[str] = []
+"""ALiBi: attention with linear biases (Press et al., "Train Short, Test Long").
+
+Head ``h`` adds ``-m_h * (i - j)`` to the score of query position ``i`` and
+key ``j`` (to be combined with a causal mask), or ``-m_h * |i - j|`` in the
+symmetric (non-causal, MPT) form.  The slopes ``m_h`` are Press's
+``get_slopes``: a geometric sequence ``2**(-8/n), 2**(-16/n), ...`` for ``n``
+a power of two, and for other ``n`` the sequence of the largest power of two
+``c < n`` followed by every other slope of ``2c`` heads.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _checks, _core
+
+__all__ = ["alibi_slopes", "alibi_bias"]
+
+_MAX_EXTENT = 2**52    # distances stay exact in float64
+
+
+def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
+    """Press's ALiBi slopes ``get_slopes(num_heads)``.
+
+    Each slope is ``2 ** e`` with the exact exponent ``e = -8 (h + 1) / c``
+    (``c`` a power of two), evaluated in float64 and rounded once to
+    ``dtype``: within an ulp of Press's ``start * ratio ** i``, and exact when
+    ``e`` is an integer.  For ``num_heads`` not a power of two, with ``c`` the
+    largest power of two below it, the slopes are ``get_slopes(c)`` followed
+    by ``get_slopes(2c)[0::2][:num_heads - c]``.  Seed 003's ``1 / 2**(8h/H)``
+    is the power-of-two case.
+
+    Parameters
+    ----------
+    num_heads : int
+        ``>= 1``.
+    dtype : float16, float32 or float64
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(num_heads,)``.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> posemb.alibi_slopes(4).tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    >>> posemb.alibi_slopes(6).tolist()        # slopes(4) + slopes(8)[0::2][:2]
+    [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]
+    """
+    n = _checks.size(num_heads, "num_heads", minimum=1)
+    dt = _checks.float_dtype(dtype)
+    c = 1 << (n.bit_length() - 1)                 # largest power of two <= n
+    exponents = -8.0 * np.arange(1, c + 1, dtype=np.float64) / c
+    if c < n:                                     # slopes(2c)[0::2][:n-c]
+        odd = 2.0 * np.arange(n - c, dtype=np.float64) + 1.0
+        exponents = np.concatenate([exponents, -8.0 * odd / (2 * c)])
+    return np.exp2(exponents).astype(dt)
+
+
+def _slopes(slopes_or_num_heads: Any) -> np.ndarray:
+    if isinstance(slopes_or_num_heads, (bool, np.bool_)):
+        raise TypeError("slopes_or_num_heads must be an int or a 1-D array of slopes, got a bool")
+    try:
+        n = operator.index(slopes_or_num_heads)
+    except TypeError:
+        pass
+    else:
+        if n < 1:
+            raise ValueError(f"slopes_or_num_heads must be >= 1 heads, got {n}")
+        return alibi_slopes(n)
+    s = np.asarray(slopes_or_num_heads)
+    if s.dtype.kind not in "fiu":
+        raise TypeError(
+            f"slopes_or_num_heads must be an int or a 1-D array of real slopes, got dtype {s.dtype}")
+    if s.ndim != 1:
+        raise ValueError(f"slopes_or_num_heads must be 1-D (one slope per head), got shape {s.shape}")
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if not np.isfinite(s).all():
+        raise ValueError("slopes_or_num_heads must be finite")
+    return s
+
+
+def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
+               symmetric: bool = False, query_offset: int | None = None,
+               dtype: Any = np.float32) -> np.ndarray:
+    """ALiBi bias ``(heads, query_length, key_length)`` to add to attention scores.
+
+    ``bias[h, i, j] = -m_h * (p_i - j)`` (causal form: combine with a causal
+    mask, which hides the ``j > p_i`` entries), or ``-m_h * |p_i - j|`` with
+    ``symmetric=True``; ``p_i = query_offset + i``.  ``query_offset`` defaults
+    to ``key_length - query_length``: the queries are the last positions (the
+    KV-cache case).  Press, BLOOM and MPT add ``m_h * j`` instead, which
+    differs by a per-row constant that softmax ignores.  Products are formed
+    in float64 and rounded once.
+
+    Parameters
+    ----------
+    slopes_or_num_heads : int or array_like of float
+        A head count (slopes from :func:`alibi_slopes`) or the slopes.
+    query_length, key_length : int
+    symmetric : bool
+    query_offset : int, optional
+    dtype : float16, float32 or float64
+
+    Examples
+    --------
+    >>> import posemb
+    >>> posemb.alibi_bias(2, 3, 3)[0]           # slopes 1/16, 1/256
+    array([[ 0.    ,  0.0625,  0.125 ],
+           [-0.0625,  0.    ,  0.0625],
+           [-0.125 , -0.0625,  0.    ]], dtype=float32)
+    >>> posemb.alibi_bias([0.5], 1, 4, symmetric=True)      # decoding the 4th token
+    array([[[-1.5, -1. , -0.5,  0. ]]], dtype=float32)
+    """
+    slopes = _slopes(slopes_or_num_heads)
+    q = _checks.size(query_length, "query_length")
+    k = _checks.size(key_length, "key_length")
+    for name, v in (("query_length", q), ("key_length", k)):
+        if v > _MAX_EXTENT:
+            raise ValueError(f"{name} must be <= 2**52, got {v}")
+    if query_offset is None:
+        off = k - q
+    else:
+        off = _checks.size(query_offset, "query_offset", minimum=-_MAX_EXTENT)
+        if off > _MAX_EXTENT:
+            raise ValueError(f"query_offset must be <= 2**52, got {off}")
+    dt = _checks.float_dtype(dtype)
+    work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
+    out = np.empty((slopes.shape[0], q, k), dtype=work)
+    _core._alibi_bias(slopes, out, off, bool(symmetric))
+    return out.astype(dt, copy=False)

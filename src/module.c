@@ -587,36 +587,606 @@ register_learned(PyObject *m)
 /* Relative position bias: T5 buckets, Shaw tables                      */
 /* ------------------------------------------------------------------ */
 
+/* Largest size or |offset| the bias and mask functions accept: keeps
+ * every key - query difference well inside int64. */
+#define PE_MAX_EXTENT ((npy_int64)1 << 61)
+
+/* Like check_array, for any dtype: the message names dtype_name. */
+static int
+check_typed(PyObject *obj, const char *name, int typenum,
+            const char *dtype_name, int ndim, int writeable)
+{
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
+        return -1;
+    }
+    if (PyArray_TYPE((PyArrayObject *)obj) != typenum ||
+        !PyArray_ISNBO(PyArray_DESCR((PyArrayObject *)obj)->byteorder)) {
+        PyErr_Format(PyExc_TypeError, "%s must have dtype %s in native byte order",
+                     name, dtype_name);
+        return -1;
+    }
+    return check_array(obj, name, typenum, ndim, writeable);
+}
+
+/* The float type of obj (float16 only when allow_half), or -1. */
+static int
+float_type_of(PyObject *obj, const char *name, int allow_half)
+{
+    int t;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
+        return -1;
+    }
+    t = PyArray_TYPE((PyArrayObject *)obj);
+    if (t == NPY_FLOAT || t == NPY_DOUBLE || (allow_half && t == NPY_HALF))
+        return t;
+    PyErr_Format(PyExc_TypeError, "%s must have dtype %s", name,
+                 allow_half ? "float16, float32 or float64"
+                            : "float32 or float64");
+    return -1;
+}
+
+static const char *
+float_type_name(int typenum)
+{
+    return typenum == NPY_HALF ? "float16"
+           : typenum == NPY_FLOAT ? "float32" : "float64";
+}
+
+/* -1 with ValueError if the byte ranges of two arrays overlap. */
+static int
+check_disjoint(PyObject *a, const char *na, PyObject *b, const char *nb)
+{
+    const char *pa = PyArray_BYTES((PyArrayObject *)a);
+    const char *pb = PyArray_BYTES((PyArrayObject *)b);
+    const npy_intp la = PyArray_NBYTES((PyArrayObject *)a);
+    const npy_intp lb = PyArray_NBYTES((PyArrayObject *)b);
+    if (la > 0 && lb > 0 && pa < pb + lb && pb < pa + la) {
+        PyErr_Format(PyExc_ValueError, "%s and %s must not share memory", na, nb);
+        return -1;
+    }
+    return 0;
+}
+
+/* -1 with ValueError unless |offset| and the sizes are <= limit. */
+static int
+check_extent(npy_int64 offset, npy_intp q, npy_intp k, npy_int64 limit)
+{
+    if (offset > limit || offset < -limit) {
+        PyErr_Format(PyExc_ValueError,
+                     "query_offset must satisfy |query_offset| <= %lld, got %lld",
+                     (long long)limit, (long long)offset);
+        return -1;
+    }
+    if (q > limit || k > limit) {
+        PyErr_Format(PyExc_ValueError,
+                     "query_length and key_length must be <= %lld",
+                     (long long)limit);
+        return -1;
+    }
+    return 0;
+}
+
+/* Most buckets accepted: the boundary table has one entry per bucket. */
+#define PE_T5_MAX_BUCKETS ((npy_int64)1 << 20)
+
+/*
+ * Check HF's T5 bucket parameters and fill spec with a PyMem-allocated
+ * boundary table (free spec->bound with PyMem_Free).  0 or -1.
+ */
+static int
+t5_spec_new(pe_t5_spec *spec, int bidirectional, npy_int64 num_buckets,
+            npy_int64 max_distance)
+{
+    const npy_int64 least = bidirectional ? 4 : 2;
+    npy_int64 nb, me;
+    uint64_t *bound;
+
+    if (num_buckets < least || num_buckets > PE_T5_MAX_BUCKETS) {
+        PyErr_Format(PyExc_ValueError,
+                     "num_buckets must be in [%lld, %lld] (%s), got %lld",
+                     (long long)least, (long long)PE_T5_MAX_BUCKETS,
+                     bidirectional ? "bidirectional" : "unidirectional",
+                     (long long)num_buckets);
+        return -1;
+    }
+    nb = bidirectional ? num_buckets / 2 : num_buckets;
+    me = nb / 2;
+    if (max_distance <= me || max_distance > ((npy_int64)1 << 53)) {
+        PyErr_Format(PyExc_ValueError,
+                     "max_distance must be > %lld (the exact buckets) and "
+                     "<= 2**53, got %lld",
+                     (long long)me, (long long)max_distance);
+        return -1;
+    }
+    bound = (uint64_t *)PyMem_Malloc((size_t)nb * sizeof(uint64_t));
+    if (bound == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pe_t5_boundaries(bidirectional, num_buckets, max_distance, bound);
+    Py_END_ALLOW_THREADS
+    spec->bidirectional = bidirectional;
+    spec->num_buckets = num_buckets;
+    spec->bound = bound;
+    return 0;
+}
+
+/*
+ * _t5_bucket(relative_position, out, bidirectional, num_buckets, max_distance)
+ * relative_position, out: int64 (n,), C-contiguous; out writeable and
+ * either relative_position itself or disjoint from it.
+ */
+static PyObject *
+py_t5_bucket(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *rp_o, *out_o;
+    int bidirectional;
+    long long num_buckets, max_distance;
+    pe_t5_spec spec;
+    npy_intp n;
+
+    if (!PyArg_ParseTuple(args, "OOpLL:_t5_bucket", &rp_o, &out_o,
+                          &bidirectional, &num_buckets, &max_distance))
+        return NULL;
+    if (check_array(rp_o, "relative_position", NPY_INT64, 1, 0) < 0 ||
+        check_array(out_o, "out", NPY_INT64, 1, 1) < 0)
+        return NULL;
+    n = PyArray_DIM((PyArrayObject *)rp_o, 0);
+    if (PyArray_DIM((PyArrayObject *)out_o, 0) != n) {
+        PyErr_Format(PyExc_ValueError, "out must have shape (%zd,)",
+                     (Py_ssize_t)n);
+        return NULL;
+    }
+    if (PyArray_DATA((PyArrayObject *)out_o) !=
+            PyArray_DATA((PyArrayObject *)rp_o) &&
+        check_disjoint(rp_o, "relative_position", out_o, "out") < 0)
+        return NULL;
+    if (t5_spec_new(&spec, bidirectional, num_buckets, max_distance) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    pe_t5_bucket_i64(&spec, n,
+                     (const int64_t *)PyArray_DATA((PyArrayObject *)rp_o),
+                     (int64_t *)PyArray_DATA((PyArrayObject *)out_o));
+    Py_END_ALLOW_THREADS
+    PyMem_Free((void *)spec.bound);
+    Py_RETURN_NONE;
+}
+
+/*
+ * _t5_bias(table, out, bidirectional, max_distance, query_offset)
+ * table: (num_buckets, heads); out: (heads, q, k) of the same float dtype,
+ * writeable, disjoint from table.
+ */
+static PyObject *
+py_t5_bias(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *table_o, *out_o;
+    int bidirectional, typenum, rc = 0;
+    long long max_distance, offset;
+    npy_intp nbk, heads, q, k;
+    pe_t5_spec spec;
+    const void *table;
+    void *out;
+
+    if (!PyArg_ParseTuple(args, "OOpLL:_t5_bias", &table_o, &out_o,
+                          &bidirectional, &max_distance, &offset))
+        return NULL;
+    if ((typenum = float_type_of(table_o, "table", 1)) < 0)
+        return NULL;
+    if (check_typed(table_o, "table", typenum, float_type_name(typenum), 2, 0) < 0 ||
+        check_typed(out_o, "out", typenum, float_type_name(typenum), 3, 1) < 0 ||
+        check_disjoint(table_o, "table", out_o, "out") < 0)
+        return NULL;
+    nbk = PyArray_DIM((PyArrayObject *)table_o, 0);
+    heads = PyArray_DIM((PyArrayObject *)table_o, 1);
+    q = PyArray_DIM((PyArrayObject *)out_o, 1);
+    k = PyArray_DIM((PyArrayObject *)out_o, 2);
+    if (PyArray_DIM((PyArrayObject *)out_o, 0) != heads) {
+        PyErr_Format(PyExc_ValueError,
+                     "out must have %zd heads (table's second axis)",
+                     (Py_ssize_t)heads);
+        return NULL;
+    }
+    if (check_extent(offset, q, k, PE_MAX_EXTENT) < 0)
+        return NULL;
+    if (t5_spec_new(&spec, bidirectional, nbk, max_distance) < 0)
+        return NULL;
+    table = PyArray_DATA((PyArrayObject *)table_o);
+    out = PyArray_DATA((PyArrayObject *)out_o);
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_HALF)
+        rc = pe_t5_bias_f16(&spec, heads, q, k, offset,
+                            (const uint16_t *)table, (uint16_t *)out);
+    else if (typenum == NPY_FLOAT)
+        rc = pe_t5_bias_f32(&spec, heads, q, k, offset, (const float *)table,
+                            (float *)out);
+    else
+        rc = pe_t5_bias_f64(&spec, heads, q, k, offset, (const double *)table,
+                            (double *)out);
+    Py_END_ALLOW_THREADS
+    PyMem_Free((void *)spec.bound);
+    if (rc < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/*
+ * _t5_bias_backward(grad, out, bidirectional, max_distance, query_offset)
+ * grad: (heads, q, k); out: (num_buckets, heads), same dtype (float32 or
+ * float64), writeable, disjoint from grad.
+ */
+static PyObject *
+py_t5_bias_backward(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *grad_o, *out_o;
+    int bidirectional, typenum, rc = 0;
+    long long max_distance, offset;
+    npy_intp nbk, heads, q, k;
+    pe_t5_spec spec;
+    const void *grad;
+    void *out;
+
+    if (!PyArg_ParseTuple(args, "OOpLL:_t5_bias_backward", &grad_o, &out_o,
+                          &bidirectional, &max_distance, &offset))
+        return NULL;
+    if ((typenum = float_type_of(grad_o, "grad_bias", 0)) < 0)
+        return NULL;
+    if (check_typed(grad_o, "grad_bias", typenum, float_type_name(typenum), 3, 0) < 0 ||
+        check_typed(out_o, "out", typenum, float_type_name(typenum), 2, 1) < 0 ||
+        check_disjoint(grad_o, "grad_bias", out_o, "out") < 0)
+        return NULL;
+    heads = PyArray_DIM((PyArrayObject *)grad_o, 0);
+    q = PyArray_DIM((PyArrayObject *)grad_o, 1);
+    k = PyArray_DIM((PyArrayObject *)grad_o, 2);
+    nbk = PyArray_DIM((PyArrayObject *)out_o, 0);
+    if (PyArray_DIM((PyArrayObject *)out_o, 1) != heads) {
+        PyErr_Format(PyExc_ValueError,
+                     "out must have shape (num_buckets, %zd)", (Py_ssize_t)heads);
+        return NULL;
+    }
+    if (check_extent(offset, q, k, PE_MAX_EXTENT) < 0)
+        return NULL;
+    if (t5_spec_new(&spec, bidirectional, nbk, max_distance) < 0)
+        return NULL;
+    grad = PyArray_DATA((PyArrayObject *)grad_o);
+    out = PyArray_DATA((PyArrayObject *)out_o);
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = pe_t5_bias_back_f32(&spec, heads, q, k, offset,
+                                 (const float *)grad, (float *)out);
+    else
+        rc = pe_t5_bias_back_f64(&spec, heads, q, k, offset,
+                                 (const double *)grad, (double *)out);
+    Py_END_ALLOW_THREADS
+    PyMem_Free((void *)spec.bound);
+    if (rc < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* _shaw_index(out, max_relative_position): out int64 (q, k), writeable. */
+static PyObject *
+py_shaw_index(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *out_o;
+    long long K;
+    npy_intp q, k;
+
+    if (!PyArg_ParseTuple(args, "OL:_shaw_index", &out_o, &K))
+        return NULL;
+    if (check_array(out_o, "out", NPY_INT64, 2, 1) < 0)
+        return NULL;
+    if (K < 0 || K > PE_MAX_EXTENT) {
+        PyErr_Format(PyExc_ValueError,
+                     "max_relative_position must be in [0, 2**61], got %lld", K);
+        return NULL;
+    }
+    q = PyArray_DIM((PyArrayObject *)out_o, 0);
+    k = PyArray_DIM((PyArrayObject *)out_o, 1);
+    if (check_extent(0, q, k, PE_MAX_EXTENT) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    pe_shaw_index_i64(q, k, (ptrdiff_t)K,
+                      (int64_t *)PyArray_DATA((PyArrayObject *)out_o));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* Rows 2K + 1 of a Shaw table, or -1 with ValueError naming name. */
+static npy_intp
+shaw_clip(PyObject *table_o, const char *name)
+{
+    const npy_intp rows = PyArray_DIM((PyArrayObject *)table_o, 0);
+    if (rows % 2 != 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must have 2*max_relative_position + 1 rows (odd), got %zd",
+                     name, (Py_ssize_t)rows);
+        return -1;
+    }
+    return rows / 2;
+}
+
+/*
+ * _shaw_embed(table, out): table (2K + 1, dim); out (q, k, dim), same
+ * float dtype, writeable, disjoint from table.
+ */
+static PyObject *
+py_shaw_embed(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *table_o, *out_o;
+    int typenum;
+    npy_intp K, dim, q, k;
+    const void *table;
+    void *out;
+
+    if (!PyArg_ParseTuple(args, "OO:_shaw_embed", &table_o, &out_o))
+        return NULL;
+    if ((typenum = float_type_of(table_o, "table", 1)) < 0)
+        return NULL;
+    if (check_typed(table_o, "table", typenum, float_type_name(typenum), 2, 0) < 0 ||
+        check_typed(out_o, "out", typenum, float_type_name(typenum), 3, 1) < 0 ||
+        check_disjoint(table_o, "table", out_o, "out") < 0)
+        return NULL;
+    if ((K = shaw_clip(table_o, "table")) < 0)
+        return NULL;
+    dim = PyArray_DIM((PyArrayObject *)table_o, 1);
+    q = PyArray_DIM((PyArrayObject *)out_o, 0);
+    k = PyArray_DIM((PyArrayObject *)out_o, 1);
+    if (PyArray_DIM((PyArrayObject *)out_o, 2) != dim) {
+        PyErr_Format(PyExc_ValueError, "out's last axis must be %zd (table's)",
+                     (Py_ssize_t)dim);
+        return NULL;
+    }
+    if (check_extent(0, q, k, PE_MAX_EXTENT) < 0)
+        return NULL;
+    table = PyArray_DATA((PyArrayObject *)table_o);
+    out = PyArray_DATA((PyArrayObject *)out_o);
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_HALF)
+        pe_shaw_embed_f16(q, k, K, dim, (const uint16_t *)table, (uint16_t *)out);
+    else if (typenum == NPY_FLOAT)
+        pe_shaw_embed_f32(q, k, K, dim, (const float *)table, (float *)out);
+    else
+        pe_shaw_embed_f64(q, k, K, dim, (const double *)table, (double *)out);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/*
+ * _shaw_embed_backward(grad, out): grad (q, k, dim); out (2K + 1, dim),
+ * same dtype (float32 or float64), writeable, disjoint from grad.
+ */
+static PyObject *
+py_shaw_embed_backward(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *grad_o, *out_o;
+    int typenum, rc;
+    npy_intp K, dim, q, k;
+    const void *grad;
+    void *out;
+
+    if (!PyArg_ParseTuple(args, "OO:_shaw_embed_backward", &grad_o, &out_o))
+        return NULL;
+    if ((typenum = float_type_of(grad_o, "grad", 0)) < 0)
+        return NULL;
+    if (check_typed(grad_o, "grad", typenum, float_type_name(typenum), 3, 0) < 0 ||
+        check_typed(out_o, "out", typenum, float_type_name(typenum), 2, 1) < 0 ||
+        check_disjoint(grad_o, "grad", out_o, "out") < 0)
+        return NULL;
+    if ((K = shaw_clip(out_o, "out")) < 0)
+        return NULL;
+    q = PyArray_DIM((PyArrayObject *)grad_o, 0);
+    k = PyArray_DIM((PyArrayObject *)grad_o, 1);
+    dim = PyArray_DIM((PyArrayObject *)grad_o, 2);
+    if (PyArray_DIM((PyArrayObject *)out_o, 1) != dim) {
+        PyErr_Format(PyExc_ValueError, "out's last axis must be %zd (grad's)",
+                     (Py_ssize_t)dim);
+        return NULL;
+    }
+    if (check_extent(0, q, k, PE_MAX_EXTENT) < 0)
+        return NULL;
+    grad = PyArray_DATA((PyArrayObject *)grad_o);
+    out = PyArray_DATA((PyArrayObject *)out_o);
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = pe_shaw_embed_back_f32(q, k, K, dim, (const float *)grad, (float *)out);
+    else
+        rc = pe_shaw_embed_back_f64(q, k, K, dim, (const double *)grad,
+                                    (double *)out);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef relative_methods[] = {
+    {"_t5_bucket", py_t5_bucket, METH_VARARGS,
+     "_t5_bucket(relative_position, out, bidirectional, num_buckets, "
+     "max_distance)\n\nHF T5 buckets of a flat int64 array (see "
+     "posemb.t5_relative_position_bucket)."},
+    {"_t5_bias", py_t5_bias, METH_VARARGS,
+     "_t5_bias(table, out, bidirectional, max_distance, query_offset)\n\n"
+     "Fill out (heads, q, k) from a (num_buckets, heads) table."},
+    {"_t5_bias_backward", py_t5_bias_backward, METH_VARARGS,
+     "_t5_bias_backward(grad, out, bidirectional, max_distance, "
+     "query_offset)\n\nScatter-add grad (heads, q, k) into out "
+     "(num_buckets, heads)."},
+    {"_shaw_index", py_shaw_index, METH_VARARGS,
+     "_shaw_index(out, max_relative_position)\n\nFill out (q, k) with "
+     "clip(j - (k - q + i), -K, K) + K."},
+    {"_shaw_embed", py_shaw_embed, METH_VARARGS,
+     "_shaw_embed(table, out)\n\nGather a (2K + 1, dim) table into out "
+     "(q, k, dim)."},
+    {"_shaw_embed_backward", py_shaw_embed_backward, METH_VARARGS,
+     "_shaw_embed_backward(grad, out)\n\nScatter-add grad (q, k, dim) into "
+     "out (2K + 1, dim)."},
+    {NULL, NULL, 0, NULL}};
+
 /* Register the relative family (relative.c). */
 static int
 register_relative(PyObject *m)
 {
-    (void)m;
-    return 0;
+    return PyModule_AddFunctions(m, relative_methods);
 }
 
 /* ------------------------------------------------------------------ */
 /* ALiBi                                                                */
 /* ------------------------------------------------------------------ */
 
+/*
+ * _alibi_bias(slopes, out, query_offset, symmetric)
+ * slopes: float64 (heads,); out: float32 or float64 (heads, q, k),
+ * writeable, disjoint from slopes.  |query_offset|, q, k <= 2**52 so that
+ * every distance is exact in float64.
+ */
+static PyObject *
+py_alibi_bias(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *slopes_o, *out_o;
+    long long offset;
+    int symmetric, typenum, rc;
+    npy_intp heads, q, k;
+    const double *slopes;
+    void *out;
+
+    if (!PyArg_ParseTuple(args, "OOLp:_alibi_bias", &slopes_o, &out_o,
+                          &offset, &symmetric))
+        return NULL;
+    if (check_array(slopes_o, "slopes", NPY_DOUBLE, 1, 0) < 0)
+        return NULL;
+    if ((typenum = float_type_of(out_o, "out", 0)) < 0)
+        return NULL;
+    if (check_typed(out_o, "out", typenum, float_type_name(typenum), 3, 1) < 0 ||
+        check_disjoint(slopes_o, "slopes", out_o, "out") < 0)
+        return NULL;
+    heads = PyArray_DIM((PyArrayObject *)slopes_o, 0);
+    q = PyArray_DIM((PyArrayObject *)out_o, 1);
+    k = PyArray_DIM((PyArrayObject *)out_o, 2);
+    if (PyArray_DIM((PyArrayObject *)out_o, 0) != heads) {
+        PyErr_Format(PyExc_ValueError, "out must have %zd heads (one per slope)",
+                     (Py_ssize_t)heads);
+        return NULL;
+    }
+    if (check_extent(offset, q, k, (npy_int64)1 << 52) < 0)
+        return NULL;
+    slopes = (const double *)PyArray_DATA((PyArrayObject *)slopes_o);
+    out = PyArray_DATA((PyArrayObject *)out_o);
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = pe_alibi_bias_f32(heads, q, k, offset, slopes, symmetric,
+                               (float *)out);
+    else
+        rc = pe_alibi_bias_f64(heads, q, k, offset, slopes, symmetric,
+                               (double *)out);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef alibi_methods[] = {
+    {"_alibi_bias", py_alibi_bias, METH_VARARGS,
+     "_alibi_bias(slopes, out, query_offset, symmetric)\n\nFill out "
+     "(heads, q, k) with -m_h * (p_i - j) (or -m_h * |p_i - j|)."},
+    {NULL, NULL, 0, NULL}};
+
 /* Register the ALiBi family (alibi.c). */
 static int
 register_alibi(PyObject *m)
 {
-    (void)m;
-    return 0;
+    return PyModule_AddFunctions(m, alibi_methods);
 }
 
 /* ------------------------------------------------------------------ */
 /* Attention masks                                                      */
 /* ------------------------------------------------------------------ */
 
+/*
+ * _causal_mask(out, query_offset, window): out bool (q, k), writeable;
+ * window < 1 means no window.
+ */
+static PyObject *
+py_causal_mask(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *out_o;
+    long long offset, window;
+    npy_intp q, k;
+
+    if (!PyArg_ParseTuple(args, "OLL:_causal_mask", &out_o, &offset, &window))
+        return NULL;
+    if (check_typed(out_o, "out", NPY_BOOL, "bool", 2, 1) < 0)
+        return NULL;
+    q = PyArray_DIM((PyArrayObject *)out_o, 0);
+    k = PyArray_DIM((PyArrayObject *)out_o, 1);
+    if (check_extent(offset, q, k, PE_MAX_EXTENT) < 0)
+        return NULL;
+    if (window > PE_MAX_EXTENT)   /* wider than any mask: no window */
+        window = -1;
+    Py_BEGIN_ALLOW_THREADS
+    pe_causal_mask(q, k, offset, window,
+                   (unsigned char *)PyArray_DATA((PyArrayObject *)out_o));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/*
+ * _padding_mask(lengths, out, left): lengths int64 (batch,) with
+ * 0 <= lengths[b] <= max_length; out bool (batch, max_length), writeable.
+ */
+static PyObject *
+py_padding_mask(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *len_o, *out_o;
+    int left;
+    npy_intp batch, max_length, b;
+    const npy_int64 *lengths;
+
+    if (!PyArg_ParseTuple(args, "OOp:_padding_mask", &len_o, &out_o, &left))
+        return NULL;
+    if (check_array(len_o, "lengths", NPY_INT64, 1, 0) < 0 ||
+        check_typed(out_o, "out", NPY_BOOL, "bool", 2, 1) < 0 ||
+        check_disjoint(len_o, "lengths", out_o, "out") < 0)
+        return NULL;
+    batch = PyArray_DIM((PyArrayObject *)len_o, 0);
+    max_length = PyArray_DIM((PyArrayObject *)out_o, 1);
+    if (PyArray_DIM((PyArrayObject *)out_o, 0) != batch) {
+        PyErr_Format(PyExc_ValueError, "out must have %zd rows (one per length)",
+                     (Py_ssize_t)batch);
+        return NULL;
+    }
+    lengths = (const npy_int64 *)PyArray_DATA((PyArrayObject *)len_o);
+    for (b = 0; b < batch; b++) {
+        if (lengths[b] < 0 || lengths[b] > max_length) {
+            PyErr_Format(PyExc_ValueError,
+                         "lengths must be in [0, max_length=%zd], got %lld",
+                         (Py_ssize_t)max_length, (long long)lengths[b]);
+            return NULL;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pe_padding_mask(batch, max_length, lengths, left,
+                    (unsigned char *)PyArray_DATA((PyArrayObject *)out_o));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef mask_methods[] = {
+    {"_causal_mask", py_causal_mask, METH_VARARGS,
+     "_causal_mask(out, query_offset, window)\n\nFill a bool (q, k) causal "
+     "mask, True = may attend."},
+    {"_padding_mask", py_padding_mask, METH_VARARGS,
+     "_padding_mask(lengths, out, left)\n\nFill a bool (batch, max_length) "
+     "mask, True at real tokens."},
+    {NULL, NULL, 0, NULL}};
+
 /* Register the mask family (masks.c). */
 static int
 register_masks(PyObject *m)
 {
-    (void)m;
-    return 0;
+    return PyModule_AddFunctions(m, mask_methods);
 }
 
 /* ------------------------------------------------------------------ */

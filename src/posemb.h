@@ -175,12 +175,96 @@ void pe_rope_table_f64(ptrdiff_t n, const int64_t *pos, ptrdiff_t h,
 /* Relative position bias: T5 buckets, Shaw tables (relative.c)        */
 /* ------------------------------------------------------------------ */
 
+/*
+ * T5 buckets as Hugging Face's T5Attention._relative_position_bucket, bit
+ * for bit.  nb = num_buckets / 2 when bidirectional, else num_buckets;
+ * me = nb / 2 >= 1; max_distance > me.  bound has nb - 1 entries, filled
+ * by pe_t5_boundaries: bound[b - 1] is the smallest |rp| in bucket >= b
+ * (HF's float32 log decides it), so bucket(|rp|) = #{b : bound[b-1] <= |rp|}.
+ */
+typedef struct pe_t5_spec {
+    int bidirectional;
+    int64_t num_buckets;        /* as HF's num_buckets (both directions) */
+    const uint64_t *bound;      /* nb - 1 entries, ascending */
+} pe_t5_spec;
+
+void pe_t5_boundaries(int bidirectional, int64_t num_buckets,
+                      int64_t max_distance, uint64_t *bound);
+
+/* out[i] = bucket(rp[i]); out may be rp. */
+void pe_t5_bucket_i64(const pe_t5_spec *s, ptrdiff_t n, const int64_t *rp,
+                      int64_t *out);
+
+/*
+ * out (heads, q, k) = table[bucket(j - query_offset - i), h], table
+ * (num_buckets, heads); both C-contiguous.  |query_offset| + q + k < 2**63.
+ * Returns 0, or -1 when scratch memory (O(q + k)) is not available.
+ */
+int pe_t5_bias_f16(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                   ptrdiff_t k, int64_t query_offset, const uint16_t *table,
+                   uint16_t *out);
+int pe_t5_bias_f32(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                   ptrdiff_t k, int64_t query_offset, const float *table,
+                   float *out);
+int pe_t5_bias_f64(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                   ptrdiff_t k, int64_t query_offset, const double *table,
+                   double *out);
+
+/* table_grad (num_buckets, heads) = scatter-add of grad (heads, q, k). */
+int pe_t5_bias_back_f32(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                        ptrdiff_t k, int64_t query_offset, const float *grad,
+                        float *table_grad);
+int pe_t5_bias_back_f64(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                        ptrdiff_t k, int64_t query_offset, const double *grad,
+                        double *table_grad);
+
+/*
+ * Shaw et al.: query i at key position k - q + i, key j, clip K:
+ *   idx(i, j) = clip(j - (k - q + i), -K, K) + K
+ * index: out (q, k) = idx; embed: out (q, k, dim) = table[idx] with table
+ * (2K + 1, dim); embed_back: table_grad = scatter-add of grad (q, k, dim).
+ */
+void pe_shaw_index_i64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, int64_t *out);
+void pe_shaw_embed_f16(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
+                       const uint16_t *table, uint16_t *out);
+void pe_shaw_embed_f32(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
+                       const float *table, float *out);
+void pe_shaw_embed_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
+                       const double *table, double *out);
+int pe_shaw_embed_back_f32(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
+                           ptrdiff_t dim, const float *grad, float *table_grad);
+int pe_shaw_embed_back_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
+                           ptrdiff_t dim, const double *grad,
+                           double *table_grad);
+
 /* ------------------------------------------------------------------ */
 /* ALiBi (alibi.c)                                                      */
 /* ------------------------------------------------------------------ */
 
+/*
+ * out (heads, q, k) = -(m[h] * (p_i - j)), or -(m[h] * |p_i - j|) when
+ * symmetric, p_i = query_offset + i; float64 product rounded once.
+ * Returns 0, or -1 when scratch memory (O(q + k)) is not available.
+ */
+int pe_alibi_bias_f32(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
+                      int64_t query_offset, const double *slopes,
+                      int symmetric, float *out);
+int pe_alibi_bias_f64(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
+                      int64_t query_offset, const double *slopes,
+                      int symmetric, double *out);
+
 /* ------------------------------------------------------------------ */
 /* Attention masks (masks.c)                                            */
 /* ------------------------------------------------------------------ */
+
+/* Bytes 1 = may attend.  out (q, k)[i, j] = j <= p_i && (window < 1 ||
+ * j > p_i - window), p_i = query_offset + i. */
+void pe_causal_mask(ptrdiff_t q, ptrdiff_t k, int64_t query_offset,
+                    int64_t window, unsigned char *out);
+
+/* out (batch, max_length)[b, p] = p < lengths[b] (right padding) or
+ * p >= max_length - lengths[b] (left); 0 <= lengths[b] <= max_length. */
+void pe_padding_mask(ptrdiff_t batch, ptrdiff_t max_length,
+                     const int64_t *lengths, int left, unsigned char *out);
 
 #endif /* POSEMB_H */

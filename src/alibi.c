@@ -1,0 +1,54 @@
+/*
+ * alibi.c - ALiBi (Press et al., "Train Short, Test Long") attention biases.
+ *
+ * The bias of query position p_i = query_offset + i and key j depends only
+ * on p_i - j, so the (heads, q, k) output is q + k - 1 diagonals per head:
+ * each value is computed once, in float64, rounded once to the output type,
+ * and rows are memcpy'd slices of the diagonal vector.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "posemb.h"
+
+/*
+ * Given: heads slopes m (float64), sizes q and k, query_offset, symmetric.
+ * Returned: out (heads, q, k), C-contiguous:
+ *   out[h, i, j] = -(m[h] * (p_i - j))       (causal form)
+ *   out[h, i, j] = -(m[h] * |p_i - j|)       (symmetric)
+ * with p_i = query_offset + i; the product is formed in float64 and
+ * rounded once to T (a zero distance gives +0, not -0).  |query_offset| + q + k must stay below 2**53 so that
+ * every distance is exact.  Returns 0, or -1 without scratch memory.
+ */
+#define DEFINE_ALIBI_BIAS(T, SUF)                                             \
+int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
+                        int64_t query_offset, const double *slopes,           \
+                        int symmetric, T *out)                                \
+{                                                                             \
+    const ptrdiff_t nd = q + k - 1;                                           \
+    T *diag;                                                                  \
+    if (heads == 0 || q == 0 || k == 0)                                       \
+        return 0;                                                             \
+    diag = (T *)malloc((size_t)nd * sizeof(T));                               \
+    if (diag == NULL)                                                         \
+        return -1;                                                            \
+    for (ptrdiff_t h = 0; h < heads; h++) {                                   \
+        const double m = slopes[h];                                           \
+        T *o = out + h * q * k;                                               \
+        for (ptrdiff_t t = 0; t < nd; t++) {                                  \
+            /* diagonal t holds j - i = t - (q - 1) */                        \
+            double d = (double)(query_offset - (int64_t)(t - (q - 1)));       \
+            if (symmetric)                                                    \
+                d = fabs(d);                                                  \
+            diag[t] = (T)(-(m * d) + 0.0); /* + 0.0: no -0 at i == j */      \
+        }                                                                     \
+        for (ptrdiff_t i = 0; i < q; i++)                                     \
+            memcpy(o + i * k, diag + (q - 1 - i), (size_t)k * sizeof(T));     \
+    }                                                                         \
+    free(diag);                                                               \
+    return 0;                                                                 \
+}
+
+DEFINE_ALIBI_BIAS(float, f32)
+DEFINE_ALIBI_BIAS(double, f64)
