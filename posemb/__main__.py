@@ -2,6 +2,7 @@
 on random data, then print a short speed comparison.
 
 Runs on built-in defaults; ``--help`` lists the few knobs.
+``python -m posemb bench [--json] ...`` runs the full benchmark table.
 """
 from __future__ import annotations
 
@@ -112,9 +113,14 @@ def speed(shape: tuple[int, ...], repeat: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from posemb import _bench
+        return _bench.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m posemb",
-        description="Check posemb's RoPE against the PyTorch formula and compare speed.")
+        description="Check posemb's RoPE against the PyTorch formula and compare speed. "
+                    "'python -m posemb bench --help' for the full benchmark.")
     parser.add_argument("--shape", type=lambda s: tuple(int(v) for v in s.split(",")),
                         default=(1, 32, 1024, 128),
                         help="x shape as comma-separated ints, features last "

@@ -30,6 +30,13 @@
 #define PE_SIMD_CLONES
 #endif
 
+/* Helpers inlined into each SIMD clone, so they are compiled for its target. */
+#if defined(__GNUC__)
+#define PE_INLINE static inline __attribute__((always_inline))
+#else
+#define PE_INLINE static inline
+#endif
+
 /* ------------------------------------------------------------------ */
 /* float16 <-> float32 (IEEE binary16, round to nearest even)          */
 /* ------------------------------------------------------------------ */

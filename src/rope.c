@@ -50,7 +50,7 @@
  * in-place case, which takes the second form); both vectorize.
  */
 #define DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                    \
-static void rope_##LAYOUT##_##DIR##_##T##_copy(                               \
+PE_INLINE void rope_##LAYOUT##_##DIR##_##T##_copy(                               \
     ptrdiff_t d, ptrdiff_t r, const T *restrict x, const T *restrict c,      \
     const T *restrict s, T *restrict y)                                       \
 {                                                                             \
@@ -65,7 +65,7 @@ static void rope_##LAYOUT##_##DIR##_##T##_copy(                               \
     if (d > 2 * h)                                                            \
         memcpy(y + 2 * h, x + 2 * h, (size_t)(d - 2 * h) * sizeof(T));        \
 }                                                                             \
-static void rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
+PE_INLINE void rope_##LAYOUT##_##DIR##_##T##_inplace(                            \
     ptrdiff_t r, T *xy, const T *restrict c, const T *restrict s)            \
 {                                                                             \
     const ptrdiff_t h = r / 2;                                                \

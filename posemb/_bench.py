@@ -1,0 +1,243 @@
+"""``python -m posemb bench``: posemb against the PyTorch formula, the NumPy
+formula and this machine's limit, measured side by side in one run.
+
+The *limit* is the most trivial streaming pass over the same bytes on the same
+thread pool (an in-place scale for in-place kernels, a copy for out-of-place
+ones, a fill for generated tables), so ``posemb / limit`` says how close a
+kernel is to the memory bandwidth, whatever the machine.  Every time is the
+median of repeated runs; PyTorch runs with the same thread count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+import posemb
+from posemb import _core
+
+Fn = Callable[[], Any]
+
+
+@dataclass
+class Case:
+    family: str
+    name: str
+    shape: str
+    posemb: Fn
+    limit: Fn | None = None
+    limit_kind: str = ""
+    torch: Fn | None = None
+    numpy: Fn | None = None
+    per_call: bool = False           # tiny call: time a loop, report microseconds
+    calls: int = 1                   # calls per timed sample when per_call
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def median_time(fn: Fn, repeat: int, calls: int = 1) -> float:
+    """Median seconds per call over `repeat` samples of `calls` calls."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls)
+    return float(np.median(samples))
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+# ---------------------------------------------------------------- RoPE
+
+
+def _rope_cases(quick: bool) -> list[Case]:
+    torch = _torch()
+    cases = []
+    shapes = [(1, 32, 4096, 128), (8, 32, 512, 128)]
+    if quick:
+        shapes = [(1, 32, 2048, 128)]
+    rng = np.random.default_rng(0)
+    for shape in shapes:
+        seq, dim = shape[2], shape[3]
+        x = rng.standard_normal(shape, dtype=np.float32)
+        xi = x.copy()
+        y = np.empty_like(x)
+        cos, sin = posemb.rope_cos_sin(np.arange(seq), dim)
+        h = dim // 2
+
+        def np_formula(x=x, cos=cos, sin=sin, h=h):
+            return x * cos + np.concatenate((-x[..., h:], x[..., :h]), -1) * sin
+
+        t_fn = None
+        if torch is not None:
+            xt, ct, st = torch.from_numpy(x), torch.from_numpy(cos), torch.from_numpy(sin)
+
+            def t_fn(xt=xt, ct=ct, st=st, h=h):
+                with torch.no_grad():
+                    return xt * ct + torch.cat((-xt[..., h:], xt[..., :h]), -1) * st
+
+        label = "x".join(map(str, shape))
+        cases.append(Case("rope", "apply_rope in place", label,
+                          lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),
+                          limit=lambda xi=xi: _core._stream("scale", xi), limit_kind="scale",
+                          torch=t_fn, numpy=np_formula))
+        cases.append(Case("rope", "apply_rope out=", label,
+                          lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),
+                          limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",
+                          torch=t_fn, numpy=np_formula))
+    # decode step: one new token per head, table row from the cache
+    q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)
+    k = rng.standard_normal((1, 8, 1, 128), dtype=np.float32)
+    rope = posemb.RoPE(128, 4096)
+    cr, sr = rope.cos_sin(offset=1000, seq_len=1)
+    t_dec = None
+    if torch is not None:
+        qt, kt = torch.from_numpy(q), torch.from_numpy(k)
+        crt, srt = torch.from_numpy(np.array(cr)), torch.from_numpy(np.array(sr))
+
+        def rh(v):
+            return torch.cat((-v[..., 64:], v[..., :64]), -1)
+
+        def t_dec(qt=qt, kt=kt, c=crt, s=srt):
+            with torch.no_grad():
+                return qt * c + rh(qt) * s, kt * c + rh(kt) * s
+
+    cases.append(Case("rope", "decode step apply_rope(q)", "1x32x1x128",
+                      lambda: posemb.apply_rope(q, cr, sr), per_call=True, calls=2000,
+                      note="torch column: the formula on q and k"))
+    cases.append(Case("rope", "decode step q and k", "1x32x1x128 + 1x8x1x128",
+                      lambda: (posemb.apply_rope(q, cr, sr), posemb.apply_rope(k, cr, sr)),
+                      torch=t_dec, per_call=True, calls=1000))
+    return cases
+
+
+FAMILIES: dict[str, Callable[[bool], list[Case]]] = {"rope": _rope_cases}
+
+
+def _thread_scaling(repeat: int) -> dict[str, Any]:
+    """Large in-place RoPE with 1 thread vs all threads."""
+    x = np.random.default_rng(1).standard_normal((1, 32, 4096, 128), dtype=np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(4096), 128)
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(1)
+        t1 = median_time(lambda: posemb.apply_rope(x, cos, sin, out=x), repeat)
+        posemb.set_num_threads(max(old, 2))
+        tn = median_time(lambda: posemb.apply_rope(x, cos, sin, out=x), repeat)
+        n = posemb.get_num_threads()
+    finally:
+        posemb.set_num_threads(old)
+    return {"shape": "1x32x4096x128", "t1_ms": t1 * 1e3, "threads": n,
+            "tn_ms": tn * 1e3, "speedup": t1 / tn}
+
+
+def run(families: list[str], quick: bool, repeat: int) -> dict[str, Any]:
+    torch = _torch()
+    threads = posemb.get_num_threads()
+    if torch is not None:
+        torch.set_num_threads(threads)
+    rows = []
+    for fam in families:
+        for case in FAMILIES[fam](quick):
+            reps = repeat if not case.per_call else max(3, repeat // 3)
+            calls = case.calls if case.per_call else 1
+            row: dict[str, Any] = {"family": case.family, "kernel": case.name,
+                                   "shape": case.shape, "note": case.note}
+            row["posemb_s"] = median_time(case.posemb, reps, calls)
+            for key, fn in (("limit_s", case.limit), ("torch_s", case.torch),
+                            ("numpy_s", case.numpy)):
+                row[key] = median_time(fn, reps, calls) if fn is not None else None
+            row["limit_kind"] = case.limit_kind
+            row["posemb_over_limit"] = (row["posemb_s"] / row["limit_s"]
+                                        if row["limit_s"] else None)
+            row["torch_over_posemb"] = (row["torch_s"] / row["posemb_s"]
+                                        if row["torch_s"] else None)
+            row["numpy_over_posemb"] = (row["numpy_s"] / row["posemb_s"]
+                                        if row["numpy_s"] else None)
+            row.update(case.extra)
+            rows.append(row)
+    result = {
+        "posemb": posemb.__version__,
+        "numpy": np.__version__,
+        "torch": getattr(torch, "__version__", None),
+        "threads": threads,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "repeat": repeat,
+        "rows": rows,
+    }
+    if "rope" in families:
+        result["thread_scaling"] = _thread_scaling(max(3, repeat // 2))
+    return result
+
+
+def _fmt_time(s: float | None, per_call: bool) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e6:.2f}us" if per_call or s < 1e-4 else f"{s * 1e3:.3f}ms"
+
+
+def _fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [f"posemb {result['posemb']} bench: numpy {result['numpy']}, "
+             f"torch {result['torch'] or 'not installed'}, {result['threads']} thread(s), "
+             f"median of {result['repeat']} runs"]
+    head = (f"{'kernel':30s} {'shape':24s} {'posemb':>10s} {'limit':>16s} "
+            f"{'posemb/limit':>12s} {'torch':>10s} {'torch/posemb':>12s} "
+            f"{'numpy':>10s} {'numpy/posemb':>12s}")
+    fam = None
+    for r in result["rows"]:
+        if r["family"] != fam:
+            fam = r["family"]
+            lines += ["", f"[{fam}]", head]
+        per = r["posemb_s"] < 1e-4
+        lim = (f"{_fmt_time(r['limit_s'], per)} {r['limit_kind']}" if r["limit_s"] else "-")
+        lines.append(
+            f"{r['kernel']:30s} {r['shape']:24s} {_fmt_time(r['posemb_s'], per):>10s} "
+            f"{lim:>16s} {_fmt_ratio(r['posemb_over_limit']):>12s} "
+            f"{_fmt_time(r['torch_s'], per):>10s} {_fmt_ratio(r['torch_over_posemb']):>12s} "
+            f"{_fmt_time(r['numpy_s'], per):>10s} {_fmt_ratio(r['numpy_over_posemb']):>12s}"
+            + (f"  ({r['note']})" if r["note"] else ""))
+    sc = result.get("thread_scaling")
+    if sc:
+        lines += ["", f"thread scaling, in-place RoPE {sc['shape']}: 1 thread "
+                      f"{sc['t1_ms']:.3f}ms, {sc['threads']} threads {sc['tn_ms']:.3f}ms, "
+                      f"speedup {sc['speedup']:.2f}x"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m posemb bench", description=__doc__)
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
+                        help="only these kernel families (repeatable; default all)")
+    parser.add_argument("--repeat", type=int, default=15, help="runs per median (default 15)")
+    parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer cases")
+    parser.add_argument("--threads", type=int, help="posemb (and torch) thread count")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        posemb.set_num_threads(args.threads)
+    result = run(args.family or list(FAMILIES), args.quick, max(args.repeat, 3))
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print(format_table(result))
+    return 0
