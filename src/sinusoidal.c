@@ -13,14 +13,14 @@
  * rounding at any position (a float32 angle p*w is off by ~p * 6e-8 rad).
  *
  * Speed.  Calling sin and cos for each of n*dim entries is slow, so rows
- * come in blocks of K = PE_SINUSOIDAL_BLOCK: for a block starting at p0,
- * with a = p0*w_i and b = k*w_i (0 <= k < K), the angle-sum identities
+ * come in blocks of K = PE_SINUSOIDAL_BLOCK positions p0 + k, p0 a multiple
+ * of K and 0 <= k < K: with a = p0*w_i and b = k*w_i, the angle-sum identities
  *
  *   sin(a + b) = sin(a)cos(b) + cos(a)sin(b)
  *   cos(a + b) = cos(a)cos(b) - sin(a)sin(b)
  *
  * in float64 cost 4 products and 2 sums per pair, and libm is called only
- * 2*(n/K + K) times per frequency.  Each value is off by a few float64
+ * about 2*(n/K + min(n, K)) times per frequency.  Each value is off by a few float64
  * ulps (~1e-15) from sin/cos of the float64 angle, itself off by
  * ~|p*w| * 1e-16 from the exact one; both are far below float32 rounding.
  */
@@ -59,6 +59,12 @@ static uint16_t double_to_half(double v)
  * frequencies, the layout flag and scratch work.  Returned: out (n, dim).
  * The one line: out[p, 2i] = sin(p*w_i), out[p, 2i+1] = cos(p*w_i)
  * (interleaved), or [sin(p*w) | cos(p*w) | 0 if dim is odd] (concat).
+ *
+ * Blocks are aligned to absolute positions (p0 = p - p % K), so the value
+ * for a position does not depend on start or n: a table of rows 30..39 is
+ * bit for bit rows 30..39 of a longer one.  Only the offsets k = p % K that
+ * occur are tabulated, so a one-row table (a decoding step) costs two libm
+ * calls per frequency, as computing it directly would.
  */
 #define DEFINE_SINUSOIDAL_TABLE(T, SUF)                                       \
 void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
@@ -67,27 +73,29 @@ void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
 {                                                                             \
     const ptrdiff_t K = PE_SINUSOIDAL_BLOCK;                                  \
     const ptrdiff_t nf = PE_SINUSOIDAL_NFREQ(dim), h = dim / 2;               \
-    const ptrdiff_t kmax = n < K ? n : K;                                     \
     double *sin_b = work, *cos_b = work + K * nf;  /* [k*nf + i], k*w_i */    \
     double *sin_a = work + 2 * K * nf, *cos_a = sin_a + nf;  /* p0*w_i */     \
     if (n <= 0 || dim <= 0)                                                   \
         return;                                                               \
-    for (ptrdiff_t k = 0; k < kmax; k++)                                      \
+    for (ptrdiff_t r = 0; r < n && r < K; r++) {  /* the offsets in use */    \
+        const ptrdiff_t k = (ptrdiff_t)((start + r) % K);                     \
         for (ptrdiff_t i = 0; i < nf; i++) {                                  \
             const double b = (double)k * inv_freq[i];                         \
             sin_b[k * nf + i] = sin(b);                                       \
             cos_b[k * nf + i] = cos(b);                                       \
         }                                                                     \
-    for (ptrdiff_t r0 = 0; r0 < n; r0 += K) {                                 \
-        const double p0 = (double)(start + r0);                               \
-        const ptrdiff_t rows = n - r0 < K ? n - r0 : K;                       \
+    }                                                                         \
+    for (ptrdiff_t r = 0; r < n;) {                                           \
+        const ptrdiff_t k0 = (ptrdiff_t)((start + r) % K);                    \
+        const double p0 = (double)(start + r - k0);                           \
+        const ptrdiff_t rows = n - r < K - k0 ? n - r : K - k0;               \
         for (ptrdiff_t i = 0; i < nf; i++) {                                  \
             const double a = p0 * inv_freq[i];                                \
             sin_a[i] = sin(a);                                                \
             cos_a[i] = cos(a);                                                \
         }                                                                     \
-        for (ptrdiff_t k = 0; k < rows; k++) {                                \
-            T *row = out + (r0 + k) * dim;                                    \
+        for (ptrdiff_t k = k0; k < k0 + rows; k++) {                          \
+            T *row = out + (r + k - k0) * dim;                                \
             const double *sb = sin_b + k * nf, *cb = cos_b + k * nf;          \
             if (concat) {                                                     \
                 for (ptrdiff_t i = 0; i < h; i++) {                           \
@@ -110,6 +118,7 @@ void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
                         TO_##SUF(sin_a[h] * cb[h] + cos_a[h] * sb[h]);        \
             }                                                                 \
         }                                                                     \
+        r += rows;                                                            \
     }                                                                         \
 }
 
