@@ -397,7 +397,7 @@ py_sinusoidal_table(PyObject *Py_UNUSED(self), PyObject *args)
     if (n == 0 || dim == 0)
         Py_RETURN_NONE;
     if (nf > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(double) /
-                 (2 * PE_SINUSOIDAL_BLOCK + 2))
+                 (2 * PE_SINUSOIDAL_BLOCK + 2 * PE_SINUSOIDAL_SUPER + 4))
         return PyErr_NoMemory();
     work = (double *)PyMem_RawMalloc((size_t)PE_SINUSOIDAL_WORK(dim) *
                                      sizeof(double));

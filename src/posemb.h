@@ -110,12 +110,16 @@ void pe_rope_table_f64(ptrdiff_t n, const int64_t *pos, ptrdiff_t h,
  *                 out[k, dim-1] = 0 for odd dim                (h = dim/2)
  * inv_freq holds PE_SINUSOIDAL_NFREQ(dim) = ceil(dim/2) values; work is
  * scratch space of PE_SINUSOIDAL_WORK(dim) doubles.  Values are computed in
- * float64 and rounded once to the output type.  start + n <= 2**53.
+ * float64 and rounded once to the output type; a value depends only on its
+ * position (not on start or n).  0 <= start, start + n <= 2**53.
+ * BLOCK and SUPER set the angle-sum split p = P + q*BLOCK + k (sinusoidal.c).
  */
 #define PE_SINUSOIDAL_BLOCK 32
+#define PE_SINUSOIDAL_SUPER 32
 #define PE_SINUSOIDAL_NFREQ(dim) (((dim) + 1) / 2)
 #define PE_SINUSOIDAL_WORK(dim) \
-    ((2 * PE_SINUSOIDAL_BLOCK + 2) * PE_SINUSOIDAL_NFREQ(dim))
+    ((2 * PE_SINUSOIDAL_BLOCK + 2 * PE_SINUSOIDAL_SUPER + 4) * \
+     PE_SINUSOIDAL_NFREQ(dim))
 
 void pe_sinusoidal_table_f16(ptrdiff_t n, int64_t start, ptrdiff_t dim,
                              const double *inv_freq, int concat,

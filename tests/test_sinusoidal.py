@@ -184,6 +184,23 @@ def test_add_float16_rounds_once(rng):
     np.testing.assert_array_equal(y, (x.astype(np.float64) + t64).astype(np.float16))
 
 
+def test_float16_rounding_matches_numpy_cast(rng):
+    """float64 -> float16 in one rounding, as NumPy's cast: ties, subnormals,
+    overflow, signed zeros, inf and NaN."""
+    h = np.arange(0, 0x7c00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    nxt = np.nextafter(h, np.inf)
+    special = np.array([0.0, -0.0, 2.0**-25, 2.0**-25 * 1.0000001, 2.0**-24 * 1.5,
+                        65504.0, 65519.99, 65520.0, 1e300, np.inf, -np.inf, 2.0**-1074])
+    values = np.concatenate([h, (h[:-1] + h[1:]) / 2, nxt, -h, special,
+                             rng.standard_normal(10000) * 10.0 ** rng.uniform(-9, 5, 10000)])
+    for t in (values, -values):
+        y = _core.sinusoidal_add(np.zeros(t.shape, np.float16), t)
+        with np.errstate(over="ignore"):
+            expect = (0.0 + t).astype(np.float16)          # +0 + -0 is +0
+        np.testing.assert_array_equal(y.view(np.uint16), expect.view(np.uint16))
+    assert np.isnan(_core.sinusoidal_add(np.zeros(1, np.float16), np.array([np.nan])))[0]
+
+
 def test_add_strided_and_broadcast_inputs(rng):
     big = rng.standard_normal((2, 30, 40)).astype(np.float32)
     x = big[:, ::3, 1::2][:, :, ::-1]              # (2, 10, 20), no unit strides
