@@ -563,24 +563,301 @@ register_rope(PyObject *m)
 /* Sinusoidal (absolute) encodings                                      */
 /* ------------------------------------------------------------------ */
 
-/* Register the sinusoidal family (sinusoidal.c). */
+typedef struct {
+    void (*fn)(const pe_sinusoidal_add_loop *);
+} sinusoidal_add_kernel;
+
+/* elementwise (x, t) -> y; dims = {n}; 3 steps */
+static void
+sinusoidal_add_loop(char **args, npy_intp const *dims, npy_intp const *steps,
+                    void *data)
+{
+    pe_sinusoidal_add_loop L;
+    L.n = dims[0];
+    L.x = args[0];
+    L.t = args[1];
+    L.y = args[2];
+    L.x_step = steps[0];
+    L.t_step = steps[1];
+    L.y_step = steps[2];
+    ((const sinusoidal_add_kernel *)data)->fn(&L);
+}
+
+static const sinusoidal_add_kernel sinusoidal_add_k[3] = {
+    {pe_sinusoidal_add_f16}, {pe_sinusoidal_add_f32}, {pe_sinusoidal_add_f64}};
+static PyUFuncGenericFunction sinusoidal_add_funcs[3] = {
+    sinusoidal_add_loop, sinusoidal_add_loop, sinusoidal_add_loop};
+/* float16 x takes a float64 table, so the sum is rounded once */
+static const char sinusoidal_add_types[9] = {
+    NPY_HALF, NPY_DOUBLE, NPY_HALF,
+    NPY_FLOAT, NPY_FLOAT, NPY_FLOAT,
+    NPY_DOUBLE, NPY_DOUBLE, NPY_DOUBLE};
+static void *sinusoidal_add_data[3];
+
+/*
+ * _sinusoidal_table(start, inv_freq, concat, out)
+ * start: int >= 0 with start + n <= 2**53; inv_freq: float64 (ceil(dim/2),);
+ * out: float16/32/64 (n, dim), C-contiguous, writeable.  Fills out with
+ * the rows for positions start .. start+n-1.
+ */
+static PyObject *
+py_sinusoidal_table(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *inv_o, *out_o;
+    PyArrayObject *out, *inv;
+    long long start;
+    int concat, typenum;
+    npy_intp n, dim, nf;
+    double *work;
+
+    if (!PyArg_ParseTuple(args, "LOpO:_sinusoidal_table", &start, &inv_o,
+                          &concat, &out_o))
+        return NULL;
+    if (check_array(inv_o, "inv_freq", NPY_DOUBLE, 1, 0) < 0)
+        return NULL;
+    if (!PyArray_Check(out_o)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a numpy.ndarray");
+        return NULL;
+    }
+    typenum = PyArray_TYPE((PyArrayObject *)out_o);
+    if (typenum != NPY_HALF && typenum != NPY_FLOAT && typenum != NPY_DOUBLE) {
+        PyErr_SetString(PyExc_TypeError,
+                        "out must be float16, float32 or float64");
+        return NULL;
+    }
+    if (check_array(out_o, "out", typenum, 2, 1) < 0)
+        return NULL;
+    out = (PyArrayObject *)out_o;
+    inv = (PyArrayObject *)inv_o;
+    n = PyArray_DIM(out, 0);
+    dim = PyArray_DIM(out, 1);
+    nf = PE_SINUSOIDAL_NFREQ(dim);
+    if (PyArray_DIM(inv, 0) != nf) {
+        PyErr_Format(PyExc_ValueError,
+                     "inv_freq must have ceil(dim/2) = %zd values, got %zd",
+                     (Py_ssize_t)nf, (Py_ssize_t)PyArray_DIM(inv, 0));
+        return NULL;
+    }
+    if (start < 0 || start > ((long long)1 << 53) - (long long)n) {
+        PyErr_Format(PyExc_ValueError,
+                     "start must satisfy 0 <= start and start + %zd <= 2**53, "
+                     "got %lld", (Py_ssize_t)n, start);
+        return NULL;
+    }
+    if (n == 0 || dim == 0)
+        Py_RETURN_NONE;
+    if (nf > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(double) /
+                 (2 * PE_SINUSOIDAL_BLOCK + 2 * PE_SINUSOIDAL_SUPER + 4))
+        return PyErr_NoMemory();
+    work = (double *)PyMem_RawMalloc((size_t)PE_SINUSOIDAL_WORK(dim) *
+                                     sizeof(double));
+    if (work == NULL)
+        return PyErr_NoMemory();
+
+    Py_BEGIN_ALLOW_THREADS
+    const double *w = (const double *)PyArray_DATA(inv);
+    if (typenum == NPY_HALF)
+        pe_sinusoidal_table_f16(n, (int64_t)start, dim, w, concat,
+                                (uint16_t *)PyArray_DATA(out), work);
+    else if (typenum == NPY_FLOAT)
+        pe_sinusoidal_table_f32(n, (int64_t)start, dim, w, concat,
+                                (float *)PyArray_DATA(out), work);
+    else
+        pe_sinusoidal_table_f64(n, (int64_t)start, dim, w, concat,
+                                (double *)PyArray_DATA(out), work);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(work);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef sinusoidal_methods[] = {
+    {"_sinusoidal_table", py_sinusoidal_table, METH_VARARGS,
+     "_sinusoidal_table(start, inv_freq, concat, out)\n\n"
+     "Fill a sinusoidal table in place (see posemb.sinusoidal)."},
+    {NULL, NULL, 0, NULL}};
+
+/* Register the sinusoidal family (sinusoidal.c): the add ufunc, the table. */
 static int
 register_sinusoidal(PyObject *m)
 {
-    (void)m;
-    return 0;
+    if (add_gufunc(m, "sinusoidal_add",
+                   "y = x + t elementwise; float16 x takes a float64 table t "
+                   "and the sum is rounded once.",
+                   sinusoidal_add_funcs, sinusoidal_add_data,
+                   sinusoidal_add_k, sizeof(sinusoidal_add_kernel), 3,
+                   sinusoidal_add_types, 2, 1, NULL, NULL) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, sinusoidal_methods);
 }
 
 /* ------------------------------------------------------------------ */
 /* Learned encodings, forward and backward                              */
 /* ------------------------------------------------------------------ */
 
-/* Register the learned family (learned.c). */
+typedef struct { void (*fn)(const pe_learned_loop *); } learned_kernel;
+
+/* signature (d),(),(m,d)->(d); dims = {n, d, m}; 4 outer + 4 core steps */
+static void
+learned_fwd_loop(char **args, npy_intp const *dims, npy_intp const *steps,
+                 void *data)
+{
+    pe_learned_loop L;
+    L.n = dims[0];
+    L.d = dims[1];
+    L.m = dims[2];
+    L.x = args[0];
+    L.pos = args[1];
+    L.w = args[2];
+    L.y = args[3];
+    L.x_step = steps[0];
+    L.pos_step = steps[1];
+    L.w_step = steps[2];
+    L.y_step = steps[3];
+    L.x_inner = steps[4];
+    L.w_row = steps[5];
+    L.w_inner = steps[6];
+    L.y_inner = steps[7];
+    ((const learned_kernel *)data)->fn(&L);
+}
+
+static const learned_kernel learned_fwd_k[3] = {
+    {pe_learned_fwd_f16}, {pe_learned_fwd_f32}, {pe_learned_fwd_f64}};
+static PyUFuncGenericFunction learned_fwd_funcs[3] = {
+    learned_fwd_loop, learned_fwd_loop, learned_fwd_loop};
+static const char learned_fwd_types[12] = {
+    NPY_HALF, NPY_INT64, NPY_HALF, NPY_HALF,
+    NPY_FLOAT, NPY_INT64, NPY_FLOAT, NPY_FLOAT,
+    NPY_DOUBLE, NPY_INT64, NPY_DOUBLE, NPY_DOUBLE};
+static void *learned_fwd_data[3];
+
+/* Do two C-contiguous arrays share any byte? */
+static int
+learned_overlap(PyArrayObject *a, PyArrayObject *b)
+{
+    const char *a0 = PyArray_BYTES(a), *b0 = PyArray_BYTES(b);
+    const npy_intp na = PyArray_NBYTES(a), nb = PyArray_NBYTES(b);
+    return na > 0 && nb > 0 && a0 < b0 + nb && b0 < a0 + na;
+}
+
+/*
+ * _learned_back(grad_out, positions, grad_weight)
+ * grad_out: float16/32/64 (n, d); positions: int64 (n,), each in [0, m);
+ * grad_weight: (m, d) of grad_out's dtype (float32 for float16), writeable,
+ * sharing no memory with the inputs.  All C-contiguous.  Adds every
+ * grad_out row into its position's grad_weight row, in token order.
+ * Every argument is checked before anything is written.
+ */
+static PyObject *
+py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *g_o, *pos_o, *gw_o;
+    PyArrayObject *g, *pos, *gw;
+    int typenum, acc_type;
+    npy_intp n, d, m, t, nwork;
+    const npy_int64 *p;
+    int64_t *work = NULL;
+
+    if (!PyArg_ParseTuple(args, "OOO:_learned_back", &g_o, &pos_o, &gw_o))
+        return NULL;
+    if (!PyArray_Check(g_o)) {
+        PyErr_SetString(PyExc_TypeError, "grad_out must be a numpy.ndarray");
+        return NULL;
+    }
+    typenum = PyArray_TYPE((PyArrayObject *)g_o);
+    if (typenum != NPY_HALF && typenum != NPY_FLOAT && typenum != NPY_DOUBLE) {
+        PyErr_SetString(PyExc_TypeError,
+                        "grad_out must be float16, float32 or float64");
+        return NULL;
+    }
+    acc_type = typenum == NPY_DOUBLE ? NPY_DOUBLE : NPY_FLOAT;
+    if (check_array(g_o, "grad_out", typenum, 2, 0) < 0 ||
+        check_array(pos_o, "positions", NPY_INT64, 1, 0) < 0 ||
+        check_array(gw_o, "grad_weight", acc_type, 2, 1) < 0)
+        return NULL;
+    g = (PyArrayObject *)g_o;
+    pos = (PyArrayObject *)pos_o;
+    gw = (PyArrayObject *)gw_o;
+    n = PyArray_DIM(g, 0);
+    d = PyArray_DIM(g, 1);
+    m = PyArray_DIM(gw, 0);
+    if (PyArray_DIM(pos, 0) != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "positions must have grad_out's %zd rows, got %zd",
+                     (Py_ssize_t)n, (Py_ssize_t)PyArray_DIM(pos, 0));
+        return NULL;
+    }
+    if (PyArray_DIM(gw, 1) != d) {
+        PyErr_Format(PyExc_ValueError,
+                     "grad_weight must have grad_out's width %zd, got %zd",
+                     (Py_ssize_t)d, (Py_ssize_t)PyArray_DIM(gw, 1));
+        return NULL;
+    }
+    if (learned_overlap(gw, g) || learned_overlap(gw, pos)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "grad_weight must not share memory with grad_out or "
+                        "positions");
+        return NULL;
+    }
+    p = (const npy_int64 *)PyArray_DATA(pos);
+    for (t = 0; t < n; t++) {
+        if (p[t] < 0 || p[t] >= m) {
+            PyErr_Format(PyExc_IndexError,
+                         "positions must be in [0, %zd), got %lld",
+                         (Py_ssize_t)m, (long long)p[t]);
+            return NULL;
+        }
+    }
+
+    nwork = pe_learned_back_work(n, m);
+    if (nwork > 0) {
+        if (nwork > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(int64_t))
+            return PyErr_NoMemory();
+        work = (int64_t *)PyMem_RawMalloc((size_t)nwork * sizeof(int64_t));
+        if (work == NULL)
+            return PyErr_NoMemory();
+    }
+
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_HALF)
+        pe_learned_back_f16(n, d, (const uint16_t *)PyArray_DATA(g), p, m,
+                            (float *)PyArray_DATA(gw), work);
+    else if (typenum == NPY_FLOAT)
+        pe_learned_back_f32(n, d, (const float *)PyArray_DATA(g), p, m,
+                            (float *)PyArray_DATA(gw), work);
+    else
+        pe_learned_back_f64(n, d, (const double *)PyArray_DATA(g), p, m,
+                            (double *)PyArray_DATA(gw), work);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(work);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef learned_methods[] = {
+    {"_learned_back", py_learned_back, METH_VARARGS,
+     "_learned_back(grad_out, positions, grad_weight)\n\n"
+     "grad_weight[positions[t]] += grad_out[t] in token order "
+     "(see posemb.learned_pe_backward)."},
+    {NULL, NULL, 0, NULL}};
+
+/*
+ * Register the learned family (learned.c).  The forward is a gufunc
+ * (d),(),(m,d)->(d) with the whole table as a core operand: NumPy then
+ * broadcasts positions against x, takes strided x and out=, and the loop
+ * adds W[p] straight from the table (no gathered temporary).  The backward
+ * writes to addresses chosen by the data, so it is a plain function that
+ * checks every position before the first write.
+ */
 static int
 register_learned(PyObject *m)
 {
-    (void)m;
-    return 0;
+    if (add_gufunc(m, "learned_pe_fwd",
+                   "Learned forward y = x + w[pos], (d),(),(m,d)->(d); a "
+                   "position outside [0, m) gives a NaN row.",
+                   learned_fwd_funcs, learned_fwd_data, learned_fwd_k,
+                   sizeof(learned_kernel), 3, learned_fwd_types, 3, 1,
+                   "(d),(),(m,d)->(d)", NULL) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, learned_methods);
 }
 
 /* ------------------------------------------------------------------ */

@@ -174,9 +174,102 @@ void pe_rope_table_f64(ptrdiff_t n, const int64_t *pos, ptrdiff_t h,
 /* Sinusoidal (absolute) encodings (sinusoidal.c)                      */
 /* ------------------------------------------------------------------ */
 
+/*
+ * Sinusoidal table for the n integer positions start .. start+n-1 and dim
+ * features, row k at out + k*dim (rows contiguous), w = inv_freq:
+ *   concat == 0 (interleaved, Vaswani):  out[k, j] = sin(p*w[j/2]) for even j,
+ *                                                    cos(p*w[j/2]) for odd j
+ *   concat != 0:  out[k, i] = sin(p*w[i]), out[k, h+i] = cos(p*w[i]) (i < h),
+ *                 out[k, dim-1] = 0 for odd dim                (h = dim/2)
+ * inv_freq holds PE_SINUSOIDAL_NFREQ(dim) = ceil(dim/2) values; work is
+ * scratch space of PE_SINUSOIDAL_WORK(dim) doubles.  Values are computed in
+ * float64 and rounded once to the output type; a value depends only on its
+ * position (not on start or n).  0 <= start, start + n <= 2**53.
+ * BLOCK and SUPER set the angle-sum split p = P + q*BLOCK + k (sinusoidal.c).
+ */
+#define PE_SINUSOIDAL_BLOCK 32
+#define PE_SINUSOIDAL_SUPER 32
+#define PE_SINUSOIDAL_NFREQ(dim) (((dim) + 1) / 2)
+#define PE_SINUSOIDAL_WORK(dim) \
+    ((2 * PE_SINUSOIDAL_BLOCK + 2 * PE_SINUSOIDAL_SUPER + 4) * \
+     PE_SINUSOIDAL_NFREQ(dim))
+
+void pe_sinusoidal_table_f16(ptrdiff_t n, int64_t start, ptrdiff_t dim,
+                             const double *inv_freq, int concat,
+                             uint16_t *out, double *work);
+void pe_sinusoidal_table_f32(ptrdiff_t n, int64_t start, ptrdiff_t dim,
+                             const double *inv_freq, int concat,
+                             float *out, double *work);
+void pe_sinusoidal_table_f64(ptrdiff_t n, int64_t start, ptrdiff_t dim,
+                             const double *inv_freq, int concat,
+                             double *out, double *work);
+
+/*
+ * One elementwise-ufunc call adding a precomputed table: n elements,
+ * byte steps between them.  y may be x itself.
+ *   f32, f64:  y = x + t                  (x, t, y of one type)
+ *   f16:       y = half(x + t)            (x, y float16, t float64: the sum
+ *                                          is formed in float64, rounded once)
+ */
+typedef struct pe_sinusoidal_add_loop {
+    ptrdiff_t n;
+    const char *x, *t;
+    char *y;
+    ptrdiff_t x_step, t_step, y_step;
+} pe_sinusoidal_add_loop;
+
+void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *a);
+void pe_sinusoidal_add_f32(const pe_sinusoidal_add_loop *a);
+void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
+
 /* ------------------------------------------------------------------ */
 /* Learned encodings (learned.c)                                       */
 /* ------------------------------------------------------------------ */
+
+/*
+ * One generalized-ufunc call of the fused learned forward, signature
+ * (d),(),(m,d)->(d): n vectors x[k] of d features, each plus row pos[k] of
+ * the (m, d) table w, with no gathered temporary:
+ *   y[k, j] = x[k, j] + w[pos[k], j]
+ * f16 adds in float32 and rounds once.  A position outside [0, m) (the
+ * Python layer rejects those first) gives a row of NaN, never a read out
+ * of bounds.  *_step are byte strides between vectors, w_row between table
+ * rows, *_inner between features.  y may be x itself.
+ */
+typedef struct pe_learned_loop {
+    ptrdiff_t n, d, m;
+    const char *x, *pos, *w;
+    char *y;
+    ptrdiff_t x_step, pos_step, w_step, y_step;
+    ptrdiff_t x_inner, w_row, w_inner, y_inner;
+} pe_learned_loop;
+
+void pe_learned_fwd_f16(const pe_learned_loop *a);
+void pe_learned_fwd_f32(const pe_learned_loop *a);
+void pe_learned_fwd_f64(const pe_learned_loop *a);
+
+/*
+ * Learned backward, the scatter-add of n gradient rows g[t] (d features,
+ * rows contiguous) into the (m, d) table gw, each element receiving its
+ * addends in token order t = 0, 1, ..., n-1 (the bits of a serial loop,
+ * and of PyTorch's Embedding backward / index_add_ on the CPU):
+ *   gw[pos[t], j] += g[t, j]
+ * work is scratch of pe_learned_back_work(n, m) int64 values (0 means
+ * none is used), or NULL.  f16 gradients accumulate into a float32 table
+ * (round once afterwards).  Rows with pos[t] outside [0, m) are skipped
+ * (the binding rejects them before calling).  gw must not overlap g, pos
+ * or work.
+ */
+ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m);
+void pe_learned_back_f16(ptrdiff_t n, ptrdiff_t d, const uint16_t *g,
+                         const int64_t *pos, ptrdiff_t m, float *gw,
+                         int64_t *work);
+void pe_learned_back_f32(ptrdiff_t n, ptrdiff_t d, const float *g,
+                         const int64_t *pos, ptrdiff_t m, float *gw,
+                         int64_t *work);
+void pe_learned_back_f64(ptrdiff_t n, ptrdiff_t d, const double *g,
+                         const int64_t *pos, ptrdiff_t m, double *gw,
+                         int64_t *work);
 
 /* ------------------------------------------------------------------ */
 /* Relative position bias: T5 buckets, Shaw tables (relative.c)        */

@@ -1,0 +1,215 @@
+/*
+ * learned.c - learned (trained-table) position encodings: the fused forward
+ * x + W[positions] and the backward scatter-add into the table's gradient.
+ *
+ * The one line of maths (nn.Embedding(max_len, D) plus addition; TorchLean):
+ *
+ *   fwd:   y[t] = x[t] + W[pos[t]]
+ *   back:  dx = dy;   dW[p] = sum of dy[t] over every token t with pos[t] = p
+ *
+ * The backward is the hot one: NumPy's way is np.add.at, which handles one
+ * index at a time through its generic machinery.  Here it is whole-row
+ * adds, gw[pos[t]] += g[t], with the tokens grouped by position by a
+ * stable counting sort (no comparison sort, O(n + m)) so each table row
+ * stays in L1 while its addends stream in.  Each element still receives
+ * its addends in token order, so the result has the bits of a serial loop
+ * over tokens (and of PyTorch's Embedding backward on the CPU) and is
+ * deterministic.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "posemb.h"
+
+#define LOAD_f16(p) pe_half_to_float(*(const uint16_t *)(const void *)(p))
+#define STORE_f16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_half(v))
+#define LOAD_f32(p) (*(const float *)(const void *)(p))
+#define STORE_f32(p, v) (*(float *)(void *)(p) = (v))
+#define LOAD_f64(p) (*(const double *)(const void *)(p))
+#define STORE_f64(p, v) (*(double *)(void *)(p) = (v))
+
+/* ------------------------------------------------------------------ */
+/* Forward: y = x + W[pos], gufunc (d),(),(m,d)->(d)                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Contiguous rows for float32/float64.  The out-of-place form promises no
+ * overlap (NumPy copies overlapping operands, except the exact in-place
+ * case out=x, which takes the second form); both vectorize.
+ */
+#define DEFINE_LEARNED_CONTIG(T)                                              \
+static void learned_fwd_##T##_copy(ptrdiff_t d, const T *restrict x,         \
+                                   const T *restrict w, T *restrict y)        \
+{                                                                             \
+    for (ptrdiff_t j = 0; j < d; j++)                                         \
+        y[j] = x[j] + w[j];                                                   \
+}                                                                             \
+static void learned_fwd_##T##_inplace(ptrdiff_t d, T *xy,                    \
+                                      const T *restrict w)                    \
+{                                                                             \
+    for (ptrdiff_t j = 0; j < d; j++)                                         \
+        xy[j] += w[j];                                                        \
+}
+
+DEFINE_LEARNED_CONTIG(float)
+DEFINE_LEARNED_CONTIG(double)
+
+/* One row, any strides: y[j] = x[j] + w[j] in the compute type CT. */
+#define LEARNED_FWD_STRIDED(CT, SUF)                                          \
+    for (ptrdiff_t j = 0; j < L->d; j++) {                                    \
+        const CT v = LOAD_##SUF(x + j * L->x_inner) +                         \
+                     LOAD_##SUF(w + j * L->w_inner);                          \
+        STORE_##SUF(y + j * L->y_inner, v);                                   \
+    }
+
+/* The row of vector k; a position outside [0, m) gives a NaN row. */
+#define LEARNED_FWD_ROW(CT, SUF)                                              \
+    const char *x = L->x + k * L->x_step;                                     \
+    const int64_t p = *(const int64_t *)(const void *)(L->pos +               \
+                                                        k * L->pos_step);     \
+    char *y = L->y + k * L->y_step;                                           \
+    const char *w;                                                            \
+    if (p < 0 || p >= L->m) {                                                 \
+        for (ptrdiff_t j = 0; j < L->d; j++)                                  \
+            STORE_##SUF(y + j * L->y_inner, (CT)NAN);                         \
+        continue;                                                             \
+    }                                                                         \
+    w = L->w + k * L->w_step + (ptrdiff_t)p * L->w_row;
+
+/*
+ * Given n vectors x[k], positions pos[k] and the (m, d) table w.
+ * Returned: y[k, j] = x[k, j] + w[pos[k], j].
+ */
+#define DEFINE_LEARNED_FWD(T, SUF)                                            \
+void pe_learned_fwd_##SUF(const pe_learned_loop *L)                           \
+{                                                                             \
+    const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
+    const int contig = L->x_inner == z && L->w_inner == z && L->y_inner == z; \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        LEARNED_FWD_ROW(T, SUF)                                               \
+        if (contig && y == x)                                                 \
+            learned_fwd_##T##_inplace(L->d, (T *)(void *)y,                   \
+                                      (const T *)(const void *)w);            \
+        else if (contig)                                                      \
+            learned_fwd_##T##_copy(L->d, (const T *)(const void *)x,          \
+                                   (const T *)(const void *)w,                \
+                                   (T *)(void *)y);                           \
+        else                                                                  \
+            LEARNED_FWD_STRIDED(T, SUF)                                       \
+    }                                                                         \
+}
+
+DEFINE_LEARNED_FWD(float, f32)
+DEFINE_LEARNED_FWD(double, f64)
+
+/*
+ * float16: the sum of two binary16 values is formed in float32 and rounded
+ * once.  (A float32 sum of two halves is exact unless their exponents
+ * differ by more than 12, and then it cannot land on a binary16 tie, so
+ * this is the correctly rounded half sum, as NumPy's and PyTorch's.)
+ */
+void pe_learned_fwd_f16(const pe_learned_loop *L)
+{
+    for (ptrdiff_t k = 0; k < L->n; k++) {
+        LEARNED_FWD_ROW(float, f16)
+        LEARNED_FWD_STRIDED(float, f16)
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Backward: gw[pos[t]] += g[t]                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The row adds are plain C loops; on x86-64 Linux with GCC they are also
+ * compiled for AVX2 and AVX-512 and the best clone is picked at load time
+ * (ifunc), so one portable build runs at full width.  Only additions:
+ * every clone gives the same bits.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    defined(__linux__)
+#define PE_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PE_MULTIVERSION
+#endif
+
+/* Bucket positions when the table is not much larger than the batch. */
+ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
+{
+    return m <= 2 * n ? 2 * n + m + 1 : 0;
+}
+
+/*
+ * Group token indices by position, stably (a counting sort, O(n + m)).
+ * Given pos (n), m, work (2n + m + 1).  Returned: order (n, in work) with
+ * bucket p = order[lo(p) .. end[p]), lo(p) = p ? end[p-1] : 0, tokens
+ * ascending in each bucket; invalid positions in no bucket.  pos is read
+ * once (a private snapshot), so the buckets stay in bounds even if pos
+ * changes meanwhile.
+ */
+static void learned_buckets(ptrdiff_t n, const int64_t *pos, ptrdiff_t m,
+                            int64_t *work, int64_t **end, int64_t **order)
+{
+    int64_t *e = work, *key = work + m + 1, *o = key + n;
+    memset(e, 0, (size_t)(m + 1) * sizeof *e);
+    for (ptrdiff_t t = 0; t < n; t++) {
+        const int64_t p = pos[t];
+        key[t] = (p >= 0 && p < m) ? p : -1;
+        if (key[t] >= 0)
+            e[key[t] + 1]++;
+    }
+    for (ptrdiff_t p = 0; p < m; p++)
+        e[p + 1] += e[p];
+    for (ptrdiff_t t = 0; t < n; t++)   /* e[p] ends as the end of bucket p */
+        if (key[t] >= 0)
+            o[e[key[t]]++] = t;
+    *end = e;
+    *order = o;
+}
+
+/*
+ * Given n contiguous rows g[t] of d features, their positions, the table
+ * height m, and work (pe_learned_back_work(n, m) int64 values, or NULL).
+ * Returned: gw (m, d) with gw[pos[t], j] += g[t, j], in token order.
+ *
+ * Every element of gw receives its addends in token order whichever way
+ * the loop runs, so both ways give the bits of a serial loop over tokens.
+ * With work, tokens are visited grouped by position: each table row is
+ * read and written once while its addends stream through it from L1,
+ * instead of once per token.  Without work (a table much larger than the
+ * batch), tokens are visited in order.
+ */
+#define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
+PE_MULTIVERSION                                                               \
+static void learned_back_rows_##SUF(ptrdiff_t d, const TG *restrict src,      \
+                                    TW *restrict dst)                         \
+{                                                                             \
+    for (ptrdiff_t j = 0; j < d; j++)                                         \
+        dst[j] += CVT(src[j]);                                                \
+}                                                                             \
+void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
+                           const int64_t *pos, ptrdiff_t m, TW *gw,           \
+                           int64_t *work)                                     \
+{                                                                             \
+    if (work != NULL && pe_learned_back_work(n, m) > 0) {                     \
+        int64_t *end, *order;                                                 \
+        learned_buckets(n, pos, m, work, &end, &order);                       \
+        for (ptrdiff_t p = 0; p < m; p++)                                     \
+            for (int64_t k = p ? end[p - 1] : 0; k < end[p]; k++)             \
+                learned_back_rows_##SUF(d, g + order[k] * d, gw + p * d);     \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t t = 0; t < n; t++) {                                       \
+        const int64_t p = pos[t];                                             \
+        if (p >= 0 && p < m)                                                  \
+            learned_back_rows_##SUF(d, g + t * d, gw + p * d);                \
+    }                                                                         \
+}
+
+#define CVT_SAME(v) (v)
+#define CVT_HALF(v) pe_half_to_float(v)
+
+DEFINE_LEARNED_BACK(float, float, f32, CVT_SAME)
+DEFINE_LEARNED_BACK(double, double, f64, CVT_SAME)
+/* float16 rows accumulate into a float32 table (round once afterwards). */
+DEFINE_LEARNED_BACK(uint16_t, float, f16, CVT_HALF)

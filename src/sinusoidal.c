@@ -1,0 +1,232 @@
+/*
+ * sinusoidal.c - sinusoidal (absolute) position encodings: the table, and
+ * the elementwise x + table used to add it without a broadcast copy.
+ *
+ * The one line of maths (Vaswani et al.; PositionalEmbeddings.jl AbsolutePE;
+ * TorchLean), for a position p and w_i = base**(-2i/dim):
+ *
+ *   interleaved:  PE[p, 2i] = sin(p*w_i),   PE[p, 2i+1] = cos(p*w_i)
+ *   concat:       PE[p, i]  = sin(p*w_i),   PE[p, h+i]  = cos(p*w_i)
+ *
+ * Accuracy.  Every value is computed in float64 and rounded once to the
+ * output type, so a float32 table agrees with float64 truth to float32
+ * rounding at any position (a float32 angle p*w is off by ~p * 6e-8 rad).
+ *
+ * Speed.  Calling sin and cos for each of n*dim entries is slow.  Write a
+ * position as p = P + q*K + k with P a multiple of K*Q, 0 <= q < Q and
+ * 0 <= k < K (K = PE_SINUSOIDAL_BLOCK, Q = PE_SINUSOIDAL_SUPER).  libm
+ * gives sin/cos of P*w, of q*K*w and of k*w; the angle-sum identities
+ *
+ *   sin(a + b) = sin(a)cos(b) + cos(a)sin(b)
+ *   cos(a + b) = cos(a)cos(b) - sin(a)sin(b)
+ *
+ * in float64 combine them, first into the block value (P + q*K)*w, then
+ * into each row: 4 products and 2 sums per value.  libm is called about
+ * 2*(n/(K*Q) + min(n/K, Q) + min(n, K)) times per frequency instead of 2n.
+ * Each value is off by a few float64 ulps (~1e-15) from sin/cos of the
+ * float64 angle, itself off by ~|p*w| * 1e-16 from the exact one; both
+ * are far below float32 rounding.  The split depends on p alone, so a
+ * value does not depend on start or n (rows 30..39 of a table are bit for
+ * bit those of any other table holding those positions).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "posemb.h"
+
+/*
+ * Given v, a double.  Returned: v rounded once to the nearest binary16,
+ * ties to even (as NumPy's float64 -> float16 cast), straight from the
+ * float64 bits (pe_float_to_half's method, 42 dropped bits instead of 13).
+ */
+static uint16_t double_to_half(double v)
+{
+    uint64_t x, absx, r, rem, halfway;
+    uint16_t sign;
+    int shift;
+
+    memcpy(&x, &v, sizeof x);
+    sign = (uint16_t)((x >> 48) & 0x8000u);
+    absx = x & 0x7fffffffffffffffu;
+    if (absx >= 0x7ff0000000000000u) {                     /* inf or NaN */
+        if (absx == 0x7ff0000000000000u)
+            return (uint16_t)(sign | 0x7c00u);
+        return (uint16_t)(sign | 0x7e00u | ((absx >> 42) & 0x3ffu));
+    }
+    if (absx >= 0x40effe0000000000u)                       /* >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x3f10000000000000u) {                      /* < 2**-14 */
+        if (absx < 0x3e60000000000000u)                    /* < 2**-25: 0 */
+            return sign;
+        /* subnormal: round(|v| / 2**-24) = m * 2**(e - 1051), e <= 1008 */
+        shift = 1051 - (int)(absx >> 52);
+        r = (absx & 0xfffffffffffffu) | 0x10000000000000u;
+        rem = r & ((UINT64_C(1) << shift) - 1u);
+        halfway = UINT64_C(1) << (shift - 1);
+        r >>= shift;
+        if (rem > halfway || (rem == halfway && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    r = absx - 0x3f00000000000000u;                        /* rebias 1023 -> 15 */
+    rem = r & ((UINT64_C(1) << 42) - 1u);
+    r >>= 42;
+    halfway = UINT64_C(1) << 41;
+    if (rem > halfway || (rem == halfway && (r & 1u)))
+        r++;                                               /* may carry into e */
+    return (uint16_t)(sign | r);
+}
+
+#define TO_f16(v) double_to_half(v)
+#define TO_f32(v) ((float)(v))
+#define TO_f64(v) (v)
+
+/*
+ * The row loops are plain C; on x86-64 Linux with GCC they are also
+ * compiled for AVX2 and AVX-512, the best clone picked at load time
+ * (ifunc).  No fused multiply-add (-ffp-contract=off holds for every
+ * clone), so all clones give the same bits.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    defined(__linux__)
+#define PE_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PE_MULTIVERSION
+#endif
+
+/*
+ * One row from the block values sa, ca (p0*w_i) and the offset values sb,
+ * cb (k*w_i): sin/cos(p0*w + k*w) by the angle-sum identities, rounded once.
+ */
+#define DEFINE_SINUSOIDAL_ROW(T, SUF)                                         \
+PE_MULTIVERSION                                                               \
+static void sinusoidal_row_##SUF(ptrdiff_t dim, int concat,                   \
+                                 const double *restrict sa,                   \
+                                 const double *restrict ca,                   \
+                                 const double *restrict sb,                   \
+                                 const double *restrict cb, T *restrict row)  \
+{                                                                             \
+    const ptrdiff_t h = dim / 2;                                              \
+    if (concat) {                                                             \
+        for (ptrdiff_t i = 0; i < h; i++) {                                   \
+            row[i] = TO_##SUF(sa[i] * cb[i] + ca[i] * sb[i]);                 \
+            row[h + i] = TO_##SUF(ca[i] * cb[i] - sa[i] * sb[i]);             \
+        }                                                                     \
+        if (dim > 2 * h)                                                      \
+            row[dim - 1] = TO_##SUF(0.0);                                     \
+    } else {                                                                  \
+        for (ptrdiff_t i = 0; i < h; i++) {                                   \
+            row[2 * i] = TO_##SUF(sa[i] * cb[i] + ca[i] * sb[i]);             \
+            row[2 * i + 1] = TO_##SUF(ca[i] * cb[i] - sa[i] * sb[i]);         \
+        }                                                                     \
+        if (dim > 2 * h)  /* odd dim ends with a sin column */                \
+            row[dim - 1] = TO_##SUF(sa[h] * cb[h] + ca[h] * sb[h]);           \
+    }                                                                         \
+}
+
+/* sin/cos of k*w_i for each i < nf into s[k*nf + i], c[k*nf + i]. */
+static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
+                               double *s, double *c)
+{
+    for (ptrdiff_t i = 0; i < nf; i++) {
+        const double b = k * inv_freq[i];
+        s[i] = sin(b);
+        c[i] = cos(b);
+    }
+}
+
+/*
+ * Given n rows from position start, dim features, ceil(dim/2) inverse
+ * frequencies, the layout flag and scratch work.  Returned: out (n, dim).
+ * The one line: out[p, 2i] = sin(p*w_i), out[p, 2i+1] = cos(p*w_i)
+ * (interleaved), or [sin(p*w) | cos(p*w) | 0 if dim is odd] (concat).
+ * Only the offsets k and q that occur are tabulated, so a one-row table (a
+ * decoding step) costs six libm calls per frequency.
+ */
+#define DEFINE_SINUSOIDAL_TABLE(T, SUF)                                       \
+DEFINE_SINUSOIDAL_ROW(T, SUF)                                                 \
+void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
+                               const double *inv_freq, int concat, T *out,   \
+                               double *work)                                  \
+{                                                                             \
+    const int64_t K = PE_SINUSOIDAL_BLOCK, KQ = K * PE_SINUSOIDAL_SUPER;      \
+    const ptrdiff_t nf = PE_SINUSOIDAL_NFREQ(dim);                            \
+    double *sin_k = work, *cos_k = sin_k + K * nf;       /* k*w, k < K */     \
+    double *sin_q = cos_k + K * nf;                      /* q*K*w, q < Q */   \
+    double *cos_q = sin_q + PE_SINUSOIDAL_SUPER * nf;                         \
+    double *sin_P = cos_q + PE_SINUSOIDAL_SUPER * nf, *cos_P = sin_P + nf;    \
+    double *sin_a = cos_P + nf, *cos_a = sin_a + nf;     /* block values */   \
+    int64_t P_done = -1;                                                      \
+    if (n <= 0 || dim <= 0)                                                   \
+        return;                                                               \
+    for (int64_t r = 0; r < n && r < K; r++) {      /* the k in use */        \
+        const int64_t k = (start + r) % K;                                    \
+        sinusoidal_offsets(nf, inv_freq, (double)k, sin_k + k * nf,           \
+                           cos_k + k * nf);                                   \
+    }                                                                         \
+    for (int64_t b = start / K, nb = 0;             /* the q in use */        \
+         b <= (start + n - 1) / K && nb < PE_SINUSOIDAL_SUPER; b++, nb++) {   \
+        const int64_t q = b % PE_SINUSOIDAL_SUPER;                            \
+        sinusoidal_offsets(nf, inv_freq, (double)(q * K), sin_q + q * nf,     \
+                           cos_q + q * nf);                                   \
+    }                                                                         \
+    for (int64_t r = 0; r < n;) {                                             \
+        const int64_t p = start + r, k0 = p % K, P = p - p % KQ;              \
+        const int64_t q = (p % KQ) / K, rows = n - r < K - k0 ? n - r : K - k0;\
+        const double *sq = sin_q + q * nf, *cq = cos_q + q * nf;              \
+        if (P != P_done) {                                                    \
+            sinusoidal_offsets(nf, inv_freq, (double)P, sin_P, cos_P);        \
+            P_done = P;                                                       \
+        }                                                                     \
+        for (ptrdiff_t i = 0; i < nf; i++) {        /* (P + q*K)*w */         \
+            sin_a[i] = sin_P[i] * cq[i] + cos_P[i] * sq[i];                   \
+            cos_a[i] = cos_P[i] * cq[i] - sin_P[i] * sq[i];                   \
+        }                                                                     \
+        for (int64_t k = k0; k < k0 + rows; k++)                              \
+            sinusoidal_row_##SUF(dim, concat, sin_a, cos_a, sin_k + k * nf,   \
+                                 cos_k + k * nf, out + (r + k - k0) * dim);   \
+        r += rows;                                                            \
+    }                                                                         \
+}
+
+DEFINE_SINUSOIDAL_TABLE(uint16_t, f16)
+DEFINE_SINUSOIDAL_TABLE(float, f32)
+DEFINE_SINUSOIDAL_TABLE(double, f64)
+
+/* ------------------------------------------------------------------ */
+/* x + table, elementwise                                               */
+/* ------------------------------------------------------------------ */
+
+/* Given x, t.  Returned: y = x + t (the same type throughout). */
+#define DEFINE_SINUSOIDAL_ADD(T, SUF)                                         \
+void pe_sinusoidal_add_##SUF(const pe_sinusoidal_add_loop *L)                 \
+{                                                                             \
+    const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
+    if (L->x_step == z && L->t_step == z && L->y_step == z) {                 \
+        const T *x = (const T *)(const void *)L->x;                           \
+        const T *t = (const T *)(const void *)L->t;                           \
+        T *y = (T *)(void *)L->y;                                             \
+        for (ptrdiff_t k = 0; k < L->n; k++)                                  \
+            y[k] = x[k] + t[k];                                               \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const T xv = *(const T *)(const void *)(L->x + k * L->x_step);        \
+        const T tv = *(const T *)(const void *)(L->t + k * L->t_step);        \
+        *(T *)(void *)(L->y + k * L->y_step) = xv + tv;                       \
+    }                                                                         \
+}
+
+DEFINE_SINUSOIDAL_ADD(float, f32)
+DEFINE_SINUSOIDAL_ADD(double, f64)
+
+/* Given x (float16), t (float64).  Returned: y = half(x + t), one rounding. */
+void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *L)
+{
+    for (ptrdiff_t k = 0; k < L->n; k++) {
+        const uint16_t xv = *(const uint16_t *)(const void *)(L->x + k * L->x_step);
+        const double tv = *(const double *)(const void *)(L->t + k * L->t_step);
+        *(uint16_t *)(void *)(L->y + k * L->y_step) =
+            double_to_half((double)pe_half_to_float(xv) + tv);
+    }
+}

@@ -1,0 +1,384 @@
+"""posemb.learned_pe_forward / learned_pe_backward / LearnedPE against PyTorch.
+
+Reference (REFERENCE.md, seed 003): ``y = x + nn.Embedding(max_len, D)(positions)``,
+with autograd's ``weight.grad`` as the backward (a scatter-add in which repeated
+positions accumulate).
+"""
+import numpy as np
+import pytest
+import torch
+
+import posemb
+from posemb import _core
+
+TORCH = {np.float16: torch.float16, np.float32: torch.float32, np.float64: torch.float64}
+
+
+# ---------------------------------------------------------------- references
+
+def torch_embedding(weight):
+    """nn.Embedding holding a copy of ``weight``."""
+    w = torch.from_numpy(np.array(weight))
+    emb = torch.nn.Embedding(w.shape[0], w.shape[1], dtype=w.dtype)
+    with torch.no_grad():
+        emb.weight.copy_(w)
+    return emb
+
+
+def torch_forward_backward(x, weight, positions, grad_out):
+    """Seed 003's x + position_embeddings(positions), then autograd."""
+    emb = torch_embedding(weight)
+    xt = torch.from_numpy(np.array(x)).requires_grad_(True)
+    y = xt + emb(torch.from_numpy(np.array(positions, dtype=np.int64)))
+    y.backward(torch.from_numpy(np.array(grad_out)))
+    return y.detach().numpy(), xt.grad.numpy(), emb.weight.grad.numpy()
+
+
+class SeedLearnedPositionalEncoding(torch.nn.Module):
+    """Seed 003's LearnedPositionalEncoding, verbatim in behaviour."""
+
+    def __init__(self, max_seq_len, dim):
+        super().__init__()
+        self.position_embeddings = torch.nn.Embedding(max_seq_len, dim)
+
+    def forward(self, x):
+        positions = torch.arange(x.size(1), device=x.device).expand(x.size(0), -1)
+        return x + self.position_embeddings(positions)
+
+
+# ---------------------------------------------------------------- forward
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dim", [1, 7, 64])
+def test_forward_backward_match_torch_random_positions_with_repeats(rng, dtype, dim):
+    max_len, batch, seq = 16, 4, 50            # 200 tokens on 16 rows: many repeats
+    w = rng.standard_normal((max_len, dim)).astype(dtype)
+    x = rng.standard_normal((batch, seq, dim)).astype(dtype)
+    pos = rng.integers(0, max_len, (batch, seq))
+    g = rng.standard_normal((batch, seq, dim)).astype(dtype)
+    y_ref, gx_ref, gw_ref = torch_forward_backward(x, w, pos, g)
+
+    y = posemb.learned_pe_forward(x, w, pos)
+    assert y.dtype == dtype and y.shape == x.shape
+    np.testing.assert_array_equal(y, y_ref)
+    gw = posemb.learned_pe_backward(g, pos, num_positions=max_len)
+    assert gw.dtype == dtype and gw.shape == (max_len, dim)
+    np.testing.assert_array_equal(gw, gw_ref)     # same order of sums: same bits
+    np.testing.assert_array_equal(g, gx_ref)      # grad_x is grad_out
+
+    pe = posemb.LearnedPE(max_len, dim, dtype=dtype, seed=1)
+    pe.weight[...] = w
+    np.testing.assert_array_equal(pe(x, pos), y_ref)
+    gx, gw2 = pe.backward(g, pos)
+    assert gx is g
+    np.testing.assert_array_equal(gw2, gw_ref)
+
+
+def test_backward_matches_torch_many_tokens(rng):
+    """8x512 tokens: above PyTorch's 3000-index serial threshold, still equal."""
+    max_len, dim = 300, 32
+    pos = rng.integers(0, max_len, (8, 512))
+    g = rng.standard_normal((8, 512, dim), dtype=np.float32)
+    x = np.zeros_like(g)
+    w = np.zeros((max_len, dim), np.float32)
+    _, _, gw_ref = torch_forward_backward(x, w, pos, g)
+    np.testing.assert_array_equal(posemb.learned_pe_backward(g, pos, num_positions=max_len),
+                                  gw_ref)
+
+
+def test_backward_table_much_larger_than_batch(rng):
+    """Few tokens, a tall table: the token-order loop, same result."""
+    pos = np.array([[9999, 3, 9999, 0, 3]])
+    g = rng.standard_normal((1, 5, 6))
+    _, _, gw_ref = torch_forward_backward(np.zeros_like(g), np.zeros((10000, 6)), pos, g)
+    gw = posemb.learned_pe_backward(g, pos, num_positions=10000)
+    np.testing.assert_array_equal(gw, gw_ref)
+    expect = np.zeros((10000, 6))
+    np.add.at(expect, pos[0], g[0])
+    np.testing.assert_array_equal(gw, expect)
+
+
+def test_seed_module_default_positions(rng):
+    """Seed 003's LearnedPositionalEncoding: positions arange(seq) for each batch row."""
+    torch.manual_seed(0)
+    mod = SeedLearnedPositionalEncoding(512, 24)
+    w = mod.position_embeddings.weight.detach().numpy().copy()
+    x = rng.standard_normal((3, 40, 24), dtype=np.float32)
+    xt = torch.from_numpy(x)
+    y_ref = mod(xt)
+    g = rng.standard_normal((3, 40, 24), dtype=np.float32)
+    y_ref.backward(torch.from_numpy(g))
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x, w), y_ref.detach().numpy())
+    np.testing.assert_array_equal(posemb.learned_pe_backward(g, num_positions=512),
+                                  mod.position_embeddings.weight.grad.numpy())
+    pe = posemb.LearnedPE(512, 24)
+    pe.weight = w
+    np.testing.assert_array_equal(pe(x), y_ref.detach().numpy())
+
+
+def test_offset(rng):
+    w = rng.standard_normal((20, 5))
+    x = rng.standard_normal((2, 4, 5))
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x, w, offset=16), x + w[16:20])
+    g = rng.standard_normal((2, 4, 5))
+    expect = np.zeros((20, 5))
+    expect[16:20] = g[0] + g[1]
+    np.testing.assert_array_equal(posemb.learned_pe_backward(g, num_positions=20, offset=16),
+                                  expect)
+    pe = posemb.LearnedPE(20, 5, dtype=np.float64)
+    np.testing.assert_array_equal(pe(x, offset=3), x + pe.weight[3:7])
+    np.testing.assert_array_equal(pe.backward(g, offset=16)[1], expect)
+
+
+def test_float16(rng):
+    w = rng.standard_normal((10, 12)).astype(np.float16)
+    x = (rng.standard_normal((3, 8, 12)) * 100).astype(np.float16)
+    pos = rng.integers(0, 10, (3, 8))
+    y = posemb.learned_pe_forward(x, w, pos)
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, x + w[pos])                      # NumPy float16
+    np.testing.assert_array_equal(y, (torch.from_numpy(x) + torch_embedding(w)(
+        torch.from_numpy(pos))).detach().numpy())                    # PyTorch float16
+    # backward: summed in float32 and rounded once
+    g = rng.standard_normal((3, 8, 12)).astype(np.float16)
+    _, _, gw32 = torch_forward_backward(np.zeros((3, 8, 12), np.float32),
+                                        w.astype(np.float32), pos, g.astype(np.float32))
+    gw = posemb.learned_pe_backward(g, pos, num_positions=10)
+    assert gw.dtype == np.float16
+    np.testing.assert_array_equal(gw, gw32.astype(np.float16))
+
+
+def test_broadcast_positions_and_inputs(rng):
+    w = rng.standard_normal((30, 8)).astype(np.float32)
+    x = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    pos_seq = np.array([29, 0, 5, 5, 1, 29])                           # (seq,)
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x, w, pos_seq), x + w[pos_seq])
+    pos_col = np.array([[3], [7], [3], [0]])                          # (batch, 1)
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x, w, pos_col),
+                                  x + w[np.broadcast_to(pos_col, (4, 6))])
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x, w, 7), x + w[7])
+    # broadcast x (zero strides) and more leading axes
+    xb = np.broadcast_to(x[:1], (4, 6, 8))
+    np.testing.assert_array_equal(posemb.learned_pe_forward(xb, w, pos_seq),
+                                  np.ascontiguousarray(xb) + w[pos_seq])
+    x4 = rng.standard_normal((2, 3, 6, 8))
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x4, w, offset=2),
+                                  x4 + w[2:8].astype(np.float64))
+    # backward with broadcast positions and a broadcast grad_out
+    g = np.broadcast_to(rng.standard_normal((1, 6, 8)).astype(np.float32), (4, 6, 8))
+    _, _, gw_ref = torch_forward_backward(np.zeros((4, 6, 8), np.float32), w,
+                                          np.broadcast_to(pos_seq, (4, 6)), g)
+    np.testing.assert_array_equal(posemb.learned_pe_backward(g, pos_seq, num_positions=30),
+                                  gw_ref)
+
+
+def test_strided_inputs(rng):
+    big_w = rng.standard_normal((40, 20))
+    w = big_w[::2, 1::2]                                             # (20, 10), strided table
+    big = rng.standard_normal((3, 12, 30))
+    x = big[:, ::2, ::3][:, :, ::-1]                                 # (3, 6, 10), no unit stride
+    pos = rng.integers(0, 20, (3, 6))
+    expect = np.ascontiguousarray(x) + np.ascontiguousarray(w)[pos]
+    np.testing.assert_array_equal(posemb.learned_pe_forward(x, w, pos), expect)
+    g = big[:, 1::2, ::3]
+    _, _, gw_ref = torch_forward_backward(np.zeros((3, 6, 10)), w, pos, g)
+    np.testing.assert_array_equal(posemb.learned_pe_backward(g, pos, num_positions=20), gw_ref)
+    # Fortran-ordered too
+    xf = np.asfortranarray(rng.standard_normal((6, 10)))
+    np.testing.assert_array_equal(posemb.learned_pe_forward(xf, w), xf + w[:6])
+
+
+def test_out_and_in_place(rng):
+    w = rng.standard_normal((10, 4)).astype(np.float32)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    expect = x + w[:5]
+    out = np.empty_like(x)
+    assert posemb.learned_pe_forward(x, w, out=out) is out
+    np.testing.assert_array_equal(out, expect)
+    assert posemb.learned_pe_forward(x, w, out=x) is x
+    np.testing.assert_array_equal(x, expect)
+
+
+def test_zero_and_odd_sizes(rng):
+    w = rng.standard_normal((5, 0))
+    assert posemb.learned_pe_forward(np.zeros((2, 3, 0)), w).shape == (2, 3, 0)
+    assert posemb.learned_pe_backward(np.zeros((2, 3, 0)), num_positions=5).shape == (5, 0)
+    w = rng.standard_normal((5, 3))
+    assert posemb.learned_pe_forward(np.zeros((2, 0, 3)), w).shape == (2, 0, 3)
+    np.testing.assert_array_equal(
+        posemb.learned_pe_backward(np.zeros((2, 0, 3)), num_positions=5), np.zeros((5, 3)))
+    assert posemb.learned_pe_backward(np.zeros((2, 0, 3)), num_positions=0).shape == (0, 3)
+    pe = posemb.LearnedPE(0, 3)
+    assert pe.weight.shape == (0, 3)
+    assert pe(np.zeros((1, 0, 3), np.float32)).shape == (1, 0, 3)
+
+
+# ---------------------------------------------------------------- LearnedPE
+
+def test_learned_pe_init():
+    pe = posemb.LearnedPE(1000, 64, seed=0)
+    assert pe.weight.shape == (1000, 64) and pe.weight.dtype == np.float32
+    assert abs(pe.weight.mean()) < 1e-3
+    assert abs(pe.weight.std() - 0.02) < 1e-3
+    np.testing.assert_array_equal(pe.weight, posemb.LearnedPE(1000, 64, seed=0).weight)
+    assert not np.array_equal(pe.weight, posemb.LearnedPE(1000, 64, seed=1).weight)
+    pe64 = posemb.LearnedPE(10, 4, dtype=np.float64, std=1.0,
+                            seed=np.random.default_rng(3))
+    assert pe64.weight.dtype == np.float64
+    assert np.all(posemb.LearnedPE(3, 4, std=0.0).weight == 0)
+    assert "LearnedPE(max_length=10" in repr(pe64)
+
+
+def test_learned_pe_backward_dtype_follows_table(rng):
+    pe = posemb.LearnedPE(8, 4, seed=0)                            # float32 table
+    g = rng.standard_normal((2, 8, 4))                              # float64 gradient
+    gx, gw = pe.backward(g)
+    assert gx is g and gw.dtype == np.float32
+    np.testing.assert_array_equal(gw, (g[0] + g[1]).astype(np.float32))
+
+
+# ---------------------------------------------------------------- bad inputs
+
+def test_out_of_range_positions_raise_and_write_nothing(rng):
+    w = rng.standard_normal((10, 4)).astype(np.float32)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    out = np.full_like(x, 7.0)
+    for bad, value in [(np.array([0, 1, 10, 2, 3]), "10"), (np.array([0, -1, 2, 3, 4]), "-1"),
+                       (np.array([[0, 1, 2, 3, 4], [0, 1, 2, 3, 2**40]]), str(2**40))]:
+        with pytest.raises(IndexError, match=f"positions.*{value}"):
+            posemb.learned_pe_forward(x, w, bad, out=out)
+        with pytest.raises(IndexError, match=f"positions.*{value}"):
+            posemb.learned_pe_backward(x, bad, num_positions=10)
+        with pytest.raises(IndexError, match=f"positions.*{value}"):
+            posemb.LearnedPE(10, 4).backward(x, bad)
+    assert np.all(out == 7.0)
+    x_before = x.copy()
+    with pytest.raises(IndexError, match="positions.*10"):
+        posemb.learned_pe_forward(x, w, np.array([0, 1, 10, 2, 3]), out=x)
+    np.testing.assert_array_equal(x, x_before)
+    # default positions past the table
+    with pytest.raises(IndexError, match="positions.*11.*offset=7"):
+        posemb.learned_pe_forward(x, w, offset=7, out=out)
+    with pytest.raises(IndexError, match="positions must be < 4, got 4"):
+        posemb.learned_pe_backward(x, num_positions=4)
+    with pytest.raises(IndexError, match="positions.*11"):
+        posemb.LearnedPE(10, 4)(x, offset=7)
+    assert np.all(out == 7.0)
+
+
+def test_forward_bad_arguments():
+    w = np.zeros((10, 4), np.float32)
+    x = np.zeros((2, 5, 4), np.float32)
+    with pytest.raises(TypeError, match="x"):
+        posemb.learned_pe_forward(np.zeros((2, 5, 4), np.int32), w)
+    with pytest.raises(ValueError, match="x"):
+        posemb.learned_pe_forward(np.zeros(4, np.float32), w)    # no seq axis, no positions
+    with pytest.raises(TypeError, match="weight"):
+        posemb.learned_pe_forward(x, np.zeros((10, 4), np.int64))
+    with pytest.raises(ValueError, match="weight"):
+        posemb.learned_pe_forward(x, np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="weight"):
+        posemb.learned_pe_forward(x, np.zeros((10, 5), np.float32))
+    with pytest.raises(TypeError, match="positions"):
+        posemb.learned_pe_forward(x, w, np.zeros(5))
+    with pytest.raises(ValueError, match="positions"):
+        posemb.learned_pe_forward(x, w, np.zeros(4, np.int64))    # does not broadcast
+    with pytest.raises(ValueError, match="positions"):
+        posemb.learned_pe_forward(x, w, np.zeros((3, 2, 5), np.int64))  # would grow x
+    with pytest.raises(ValueError, match="offset"):
+        posemb.learned_pe_forward(x, w, offset=-1)
+    with pytest.raises(TypeError, match="offset"):
+        posemb.learned_pe_forward(x, w, offset=1.5)
+    with pytest.raises(ValueError, match="offset"):
+        posemb.learned_pe_forward(x, w, np.arange(5), offset=2)
+    with pytest.raises(ValueError):                                # NumPy checks out's shape
+        posemb.learned_pe_forward(x, w, out=np.empty((2, 5, 5), np.float32))
+
+
+def test_backward_bad_arguments():
+    g = np.zeros((2, 5, 4), np.float32)
+    with pytest.raises(TypeError, match="num_positions"):
+        posemb.learned_pe_backward(g)                             # required keyword
+    with pytest.raises(ValueError, match="num_positions"):
+        posemb.learned_pe_backward(g, num_positions=-1)
+    with pytest.raises(TypeError, match="num_positions"):
+        posemb.learned_pe_backward(g, num_positions=5.0)
+    with pytest.raises(TypeError, match="grad_out"):
+        posemb.learned_pe_backward(np.zeros((2, 5, 4), np.int32), num_positions=5)
+    with pytest.raises(ValueError, match="grad_out"):
+        posemb.learned_pe_backward(np.float32(1.0), num_positions=5)
+    with pytest.raises(ValueError, match="grad_out"):
+        posemb.learned_pe_backward(np.zeros(4, np.float32), num_positions=5)
+    with pytest.raises(TypeError, match="positions"):
+        posemb.learned_pe_backward(g, np.zeros(5, np.float32), num_positions=5)
+    with pytest.raises(ValueError, match="positions"):
+        posemb.learned_pe_backward(g, np.zeros(3, np.int64), num_positions=5)
+    with pytest.raises(ValueError, match="offset"):
+        posemb.learned_pe_backward(g, num_positions=5, offset=-2)
+
+
+def test_learned_pe_bad_arguments():
+    with pytest.raises(ValueError, match="max_length"):
+        posemb.LearnedPE(-1, 4)
+    with pytest.raises(TypeError, match="max_length"):
+        posemb.LearnedPE(4.0, 4)
+    with pytest.raises(ValueError, match="dim"):
+        posemb.LearnedPE(4, -4)
+    with pytest.raises(TypeError, match="dtype"):
+        posemb.LearnedPE(4, 4, dtype=np.int8)
+    with pytest.raises(ValueError, match="std"):
+        posemb.LearnedPE(4, 4, std=-0.1)
+    with pytest.raises(ValueError, match="std"):
+        posemb.LearnedPE(4, 4, std=float("nan"))
+    with pytest.raises(TypeError, match="std"):
+        posemb.LearnedPE(4, 4, std="wide")
+    with pytest.raises(TypeError, match="seed"):
+        posemb.LearnedPE(4, 4, seed="abc")
+    pe = posemb.LearnedPE(4, 4)
+    with pytest.raises(ValueError, match="weight"):
+        pe(np.zeros((1, 2, 5), np.float32))
+
+
+def test_backward_binding_checks_everything_before_writing():
+    g = np.ones((4, 3), np.float32)
+    pos = np.array([0, 1, 2, 1])
+    gw = np.zeros((3, 3), np.float32)
+    with pytest.raises(IndexError, match="positions.*got 3"):
+        _core._learned_back(g, np.array([0, 1, 2, 3]), gw)
+    with pytest.raises(IndexError, match="positions.*got -5"):
+        _core._learned_back(g, np.array([0, -5, 2, 1]), gw)
+    assert np.all(gw == 0)
+    with pytest.raises(TypeError, match="grad_weight"):
+        _core._learned_back(g, pos, np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="grad_weight"):
+        _core._learned_back(g, pos, np.zeros((3, 4), np.float32))
+    ro = np.zeros((3, 3), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="grad_weight"):
+        _core._learned_back(g, pos, ro)
+    with pytest.raises(ValueError, match="grad_weight"):
+        _core._learned_back(g, pos, g)                           # overlaps grad_out
+    both = np.zeros(11, np.int64)
+    with pytest.raises(ValueError, match="grad_weight"):        # overlaps positions
+        _core._learned_back(np.ones((4, 3)), both[:4], both[2:11].view(np.float64).reshape(3, 3))
+    with pytest.raises(ValueError, match="grad_out"):
+        _core._learned_back(np.ones((4, 6), np.float32)[:, ::2], pos, gw)
+    with pytest.raises(TypeError, match="grad_out"):
+        _core._learned_back(np.ones((4, 3), np.int32), pos, gw)
+    with pytest.raises(TypeError, match="positions"):
+        _core._learned_back(g, pos.astype(np.int32), gw)
+    with pytest.raises(ValueError, match="positions"):
+        _core._learned_back(g, pos[:3], gw)
+    assert np.all(gw == 0)
+    _core._learned_back(g, pos, gw)
+    np.testing.assert_array_equal(gw, [[1, 1, 1], [2, 2, 2], [1, 1, 1]])
+
+
+def test_forward_gufunc_never_reads_out_of_bounds():
+    """Called directly (bypassing the checks), a bad position gives NaN, not a crash."""
+    w = np.ones((3, 4))
+    y = _core.learned_pe_fwd(np.zeros((2, 4)), np.array([5, -1]), w)
+    assert np.all(np.isnan(y))
+    y16 = _core.learned_pe_fwd(np.zeros((1, 4), np.float16), np.array([3]),
+                               np.ones((3, 4), np.float16))
+    assert np.all(np.isnan(y16))
