@@ -30,22 +30,20 @@ int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
     T *diag;                                                                  \
     if (heads == 0 || q == 0 || k == 0)                                       \
         return 0;                                                             \
-    diag = (T *)malloc((size_t)nd * sizeof(T));                               \
+    diag = (T *)malloc((size_t)heads * (size_t)nd * sizeof(T));               \
     if (diag == NULL)                                                         \
         return -1;                                                            \
     for (ptrdiff_t h = 0; h < heads; h++) {                                   \
         const double m = slopes[h];                                           \
-        T *o = out + h * q * k;                                               \
         for (ptrdiff_t t = 0; t < nd; t++) {                                  \
             /* diagonal t holds j - i = t - (q - 1) */                        \
             double d = (double)(query_offset - (int64_t)(t - (q - 1)));       \
             if (symmetric)                                                    \
                 d = fabs(d);                                                  \
-            diag[t] = (T)(-(m * d) + 0.0); /* + 0.0: no -0 at i == j */      \
+            diag[h * nd + t] = (T)(-(m * d) + 0.0); /* no -0 at i == j */     \
         }                                                                     \
-        for (ptrdiff_t i = 0; i < q; i++)                                     \
-            memcpy(o + i * k, diag + (q - 1 - i), (size_t)k * sizeof(T));     \
     }                                                                         \
+    pe_toeplitz_fill(heads, q, k, (ptrdiff_t)sizeof(T), diag, out);          \
     free(diag);                                                               \
     return 0;                                                                 \
 }

@@ -120,18 +120,28 @@ void pe_learned_fwd_f16(const pe_learned_loop *L)
 /* Backward: gw[pos[t]] += g[t]                                         */
 /* ------------------------------------------------------------------ */
 
+/* Row adds get SIMD clones (PE_SIMD_CLONES, posemb.h): same bits on all. */
 /*
- * The row adds are plain C loops; on x86-64 Linux with GCC they are also
- * compiled for AVX2 and AVX-512 and the best clone is picked at load time
- * (ifunc), so one portable build runs at full width.  Only additions:
- * every clone gives the same bits.
+ * The bucketed backward splits the table rows (positions) over the pool:
+ * each part owns disjoint rows of gw and visits their tokens in order, so
+ * the result is the same bits for any thread count.
  */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__linux__)
-#define PE_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PE_MULTIVERSION
-#endif
+typedef struct {
+    ptrdiff_t d;
+    const void *g;
+    void *gw;
+    int64_t *end, *order;
+} learned_back_job;
+
+/* positions per part so that a part reads about PE_PARALLEL_MIN_BYTES */
+static ptrdiff_t learned_back_grain(ptrdiff_t n, ptrdiff_t d, ptrdiff_t m,
+                                    size_t itemsize)
+{
+    const double bytes = (double)n * (double)d * (double)itemsize;
+    const double per_pos = m > 0 ? bytes / (double)m : bytes;
+    const double g = per_pos > 0 ? (double)PE_PARALLEL_MIN_BYTES / per_pos : 1.0;
+    return g < 1.0 ? 1 : g > (double)m ? m : (ptrdiff_t)g;
+}
 
 /* Bucket positions when the table is not much larger than the batch. */
 ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
@@ -180,23 +190,36 @@ static void learned_buckets(ptrdiff_t n, const int64_t *pos, ptrdiff_t m,
  * batch), tokens are visited in order.
  */
 #define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
-PE_MULTIVERSION                                                               \
+PE_SIMD_CLONES                                                               \
 static void learned_back_rows_##SUF(ptrdiff_t d, const TG *restrict src,      \
                                     TW *restrict dst)                         \
 {                                                                             \
     for (ptrdiff_t j = 0; j < d; j++)                                         \
         dst[j] += CVT(src[j]);                                                \
 }                                                                             \
+/* positions [begin, end) of the bucketed job: disjoint table rows */         \
+static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
+{                                                                             \
+    const learned_back_job *j = (const learned_back_job *)ctx;                \
+    const TG *g = (const TG *)j->g;                                           \
+    TW *gw = (TW *)j->gw;                                                     \
+    for (ptrdiff_t p = begin; p < end; p++)                                   \
+        for (int64_t k = p ? j->end[p - 1] : 0; k < j->end[p]; k++)           \
+            learned_back_rows_##SUF(j->d, g + j->order[k] * j->d,             \
+                                    gw + p * j->d);                           \
+}                                                                             \
 void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
                            const int64_t *pos, ptrdiff_t m, TW *gw,           \
                            int64_t *work)                                     \
 {                                                                             \
     if (work != NULL && pe_learned_back_work(n, m) > 0) {                     \
-        int64_t *end, *order;                                                 \
-        learned_buckets(n, pos, m, work, &end, &order);                       \
-        for (ptrdiff_t p = 0; p < m; p++)                                     \
-            for (int64_t k = p ? end[p - 1] : 0; k < end[p]; k++)             \
-                learned_back_rows_##SUF(d, g + order[k] * d, gw + p * d);     \
+        learned_back_job j;                                                   \
+        learned_buckets(n, pos, m, work, &j.end, &j.order);                   \
+        j.d = d;                                                              \
+        j.g = g;                                                              \
+        j.gw = gw;                                                            \
+        pe_parallel_for(m, learned_back_grain(n, d, m, sizeof(TG)),           \
+                        learned_back_task_##SUF, &j);                         \
         return;                                                               \
     }                                                                         \
     for (ptrdiff_t t = 0; t < n; t++) {                                       \

@@ -17,7 +17,7 @@
 
 /*
  * Run-time SIMD dispatch: with GCC on x86-64 ELF targets, hot kernels are
- * compiled twice (AVX2+FMA-capable and baseline SSE2) and the loader picks
+ * compiled for AVX-512F, AVX2 and the baseline (SSE2) and the loader picks
  * one by CPUID (an ifunc).  Elsewhere they are compiled once for the
  * baseline.  The build itself never uses -march, so one wheel runs
  * everywhere.  FMA contraction stays off (-ffp-contract=off): results are
@@ -25,7 +25,8 @@
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
     defined(__ELF__) && !defined(POSEMB_NO_CLONES)
-#define PE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#define PE_SIMD_CLONES \
+    __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PE_SIMD_CLONES
 #endif
@@ -61,6 +62,13 @@ int pe_get_num_threads(void);    /* default: online CPUs */
 
 /* Work below this many bytes touched runs on one thread. */
 #define PE_PARALLEL_MIN_BYTES ((ptrdiff_t)1 << 18)
+
+/*
+ * Toeplitz fill (toeplitz.c): out[h, i, :] = diag[h, q-1-i : q-1-i+k] for a
+ * (heads, q, k) C-contiguous out and diag (heads, q + k - 1), on the pool.
+ */
+void pe_toeplitz_fill(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
+                      ptrdiff_t itemsize, const void *diag, void *out);
 
 /* Streaming passes for the benchmarks' bandwidth limit (stream.c). */
 void pe_stream_scale_f32(ptrdiff_t n, float *x, float a);   /* x *= a */

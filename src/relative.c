@@ -172,19 +172,16 @@ int pe_t5_bias_##SUF(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,       \
     if (heads == 0 || q == 0 || k == 0)                                       \
         return 0;                                                             \
     bucket = diagonal_buckets(s, q, k, query_offset);                         \
-    diag = (T *)malloc((size_t)nd * sizeof(T));                               \
+    diag = (T *)malloc((size_t)heads * (size_t)nd * sizeof(T));               \
     if (bucket == NULL || diag == NULL) {                                     \
         free(bucket);                                                         \
         free(diag);                                                           \
         return -1;                                                            \
     }                                                                         \
-    for (ptrdiff_t h = 0; h < heads; h++) {                                   \
-        T *o = out + h * q * k;                                               \
+    for (ptrdiff_t h = 0; h < heads; h++)                                     \
         for (ptrdiff_t t = 0; t < nd; t++)                                    \
-            diag[t] = table[bucket[t] * heads + h];                           \
-        for (ptrdiff_t i = 0; i < q; i++)                                     \
-            memcpy(o + i * k, diag + (q - 1 - i), (size_t)k * sizeof(T));     \
-    }                                                                         \
+            diag[h * nd + t] = table[bucket[t] * heads + h];                  \
+    pe_toeplitz_fill(heads, q, k, (ptrdiff_t)sizeof(T), diag, out);          \
     free(bucket);                                                             \
     free(diag);                                                               \
     return 0;                                                                 \

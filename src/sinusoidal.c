@@ -30,6 +30,7 @@
  * bit those of any other table holding those positions).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "posemb.h"
@@ -81,25 +82,13 @@ static uint16_t double_to_half(double v)
 #define TO_f32(v) ((float)(v))
 #define TO_f64(v) (v)
 
-/*
- * The row loops are plain C; on x86-64 Linux with GCC they are also
- * compiled for AVX2 and AVX-512, the best clone picked at load time
- * (ifunc).  No fused multiply-add (-ffp-contract=off holds for every
- * clone), so all clones give the same bits.
- */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__linux__)
-#define PE_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PE_MULTIVERSION
-#endif
-
+/* Row loops get SIMD clones (PE_SIMD_CLONES, posemb.h): same bits on all. */
 /*
  * One row from the block values sa, ca (p0*w_i) and the offset values sb,
  * cb (k*w_i): sin/cos(p0*w + k*w) by the angle-sum identities, rounded once.
  */
 #define DEFINE_SINUSOIDAL_ROW(T, SUF)                                         \
-PE_MULTIVERSION                                                               \
+PE_SIMD_CLONES                                                               \
 static void sinusoidal_row_##SUF(ptrdiff_t dim, int concat,                   \
                                  const double *restrict sa,                   \
                                  const double *restrict ca,                   \
@@ -145,9 +134,9 @@ static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
  */
 #define DEFINE_SINUSOIDAL_TABLE(T, SUF)                                       \
 DEFINE_SINUSOIDAL_ROW(T, SUF)                                                 \
-void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
-                               const double *inv_freq, int concat, T *out,   \
-                               double *work)                                  \
+static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
+                                  const double *inv_freq, int concat, T *out, \
+                                  double *work)                               \
 {                                                                             \
     const int64_t K = PE_SINUSOIDAL_BLOCK, KQ = K * PE_SINUSOIDAL_SUPER;      \
     const ptrdiff_t nf = PE_SINUSOIDAL_NFREQ(dim);                            \
@@ -189,9 +178,88 @@ void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
     }                                                                         \
 }
 
+/*
+ * The public table functions split the rows into up to get_num_threads()
+ * chunks run on the pool, each with its own scratch (chunk 0 uses the
+ * caller's; the others are allocated here, and if that fails the table is
+ * made serially).  A value depends on its position alone, so the split
+ * does not change a single bit.
+ */
+typedef struct {
+    void (*rows)(ptrdiff_t, int64_t, ptrdiff_t, const double *, int, void *,
+                 double *);
+    ptrdiff_t n, dim, chunks, itemsize;
+    int64_t start;
+    const double *inv_freq;
+    int concat;
+    char *out;
+    double *work;           /* chunk c uses work + c * PE_SINUSOIDAL_WORK */
+} sinusoidal_job;
+
+static void sinusoidal_chunks(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const sinusoidal_job *j = (const sinusoidal_job *)ctx;
+    for (ptrdiff_t c = begin; c < end; c++) {
+        const ptrdiff_t lo = j->n * c / j->chunks, hi = j->n * (c + 1) / j->chunks;
+        j->rows(hi - lo, j->start + lo, j->dim, j->inv_freq, j->concat,
+                j->out + lo * j->dim * j->itemsize,
+                j->work + c * PE_SINUSOIDAL_WORK(j->dim));
+    }
+}
+
+static void sinusoidal_parallel(sinusoidal_job *j, double *work)
+{
+    const ptrdiff_t bytes = j->n * j->dim * j->itemsize;
+    ptrdiff_t chunks = pe_get_num_threads();
+    double *extra = NULL;
+    if (chunks > j->n / PE_SINUSOIDAL_BLOCK)
+        chunks = j->n / PE_SINUSOIDAL_BLOCK;
+    if (chunks > bytes / PE_PARALLEL_MIN_BYTES)
+        chunks = bytes / PE_PARALLEL_MIN_BYTES;
+    if (chunks > 1)
+        extra = (double *)malloc((size_t)chunks * (size_t)PE_SINUSOIDAL_WORK(j->dim)
+                                 * sizeof(double));
+    if (extra == NULL) {
+        j->rows(j->n, j->start, j->dim, j->inv_freq, j->concat, j->out, work);
+        return;
+    }
+    j->chunks = chunks;
+    j->work = extra;
+    pe_parallel_for(chunks, 1, sinusoidal_chunks, j);
+    free(extra);
+}
+
+#define DEFINE_SINUSOIDAL_PUBLIC(T, SUF)                                      \
+static void sinusoidal_rows_any_##SUF(ptrdiff_t n, int64_t start,             \
+                                      ptrdiff_t dim, const double *inv_freq,  \
+                                      int concat, void *out, double *work)    \
+{                                                                             \
+    sinusoidal_rows_##SUF(n, start, dim, inv_freq, concat, (T *)out, work);   \
+}                                                                             \
+void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
+                               const double *inv_freq, int concat, T *out,   \
+                               double *work)                                  \
+{                                                                             \
+    sinusoidal_job j;                                                         \
+    if (n <= 0 || dim <= 0)                                                   \
+        return;                                                               \
+    j.rows = sinusoidal_rows_any_##SUF;                                       \
+    j.n = n;                                                                  \
+    j.dim = dim;                                                              \
+    j.itemsize = (ptrdiff_t)sizeof(T);                                        \
+    j.start = start;                                                          \
+    j.inv_freq = inv_freq;                                                    \
+    j.concat = concat;                                                        \
+    j.out = (char *)out;                                                      \
+    sinusoidal_parallel(&j, work);                                            \
+}
+
 DEFINE_SINUSOIDAL_TABLE(uint16_t, f16)
 DEFINE_SINUSOIDAL_TABLE(float, f32)
 DEFINE_SINUSOIDAL_TABLE(double, f64)
+DEFINE_SINUSOIDAL_PUBLIC(uint16_t, f16)
+DEFINE_SINUSOIDAL_PUBLIC(float, f32)
+DEFINE_SINUSOIDAL_PUBLIC(double, f64)
 
 /* ------------------------------------------------------------------ */
 /* x + table, elementwise                                               */
