@@ -17,16 +17,17 @@
 
 /*
  * Run-time SIMD dispatch: with GCC on x86-64 ELF targets, hot kernels are
- * compiled for AVX-512F, AVX2 and the baseline (SSE2) and the loader picks
- * one by CPUID (an ifunc).  Elsewhere they are compiled once for the
- * baseline.  The build itself never uses -march, so one wheel runs
- * everywhere.  FMA contraction stays off (-ffp-contract=off): results are
- * the same on every path.
+ * compiled for AVX2 and the baseline (SSE2) and the loader picks one by
+ * CPUID (an ifunc).  Elsewhere they are compiled once for the baseline.
+ * The build itself never uses -march, so one wheel runs everywhere.
+ * No AVX-512 clone: -mavx512f implies FMA, and GCC 12 then forms
+ * vfmaddsub from the interleaved RoPE's a*b -/+ c*d despite
+ * -ffp-contract=off, changing last bits (tests caught it).  The "avx2"
+ * target has no FMA, so every path gives the same bits.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
     defined(__ELF__) && !defined(POSEMB_NO_CLONES)
-#define PE_SIMD_CLONES \
-    __attribute__((target_clones("avx512f", "avx2", "default")))
+#define PE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PE_SIMD_CLONES
 #endif
