@@ -125,7 +125,171 @@ def _rope_cases(quick: bool) -> list[Case]:
     return cases
 
 
-FAMILIES: dict[str, Callable[[bool], list[Case]]] = {"rope": _rope_cases}
+# ---------------------------------------------------------------- tables
+
+
+def _fresh_fill(shape: tuple[int, ...]) -> Fn:
+    """The limit for a generated table: a new array, filled on the pool."""
+    def fill() -> Any:
+        out = np.empty(shape, np.float32)
+        _core._stream("fill", out)
+        return out
+    return fill
+
+
+def _sinusoidal_cases(quick: bool) -> list[Case]:
+    torch = _torch()
+    n, d = (2048, 1024) if quick else (8192, 1024)
+
+    def np_formula() -> np.ndarray:   # the seed tutorial's formula, float64 NumPy
+        i = np.arange(d // 2)
+        div = np.exp(-np.log(10000.0) * (2 * i / d))
+        ang = np.arange(n)[:, None] * div
+        pe = np.zeros((n, d))
+        pe[:, 0::2] = np.sin(ang)
+        pe[:, 1::2] = np.cos(ang)
+        return pe
+
+    t_fn = None
+    if torch is not None:
+        def t_fn() -> Any:   # create_sinusoidal_encodings (seed 003), float32
+            i = torch.arange(0, d // 2)
+            div_term = torch.exp(-np.log(10000) * (2 * i / d))
+            position = torch.arange(n).unsqueeze(1)
+            pe = torch.zeros(n, d)
+            pe[:, 0::2] = torch.sin(position * div_term)
+            pe[:, 1::2] = torch.cos(position * div_term)
+            return pe
+
+    x = np.random.default_rng(2).standard_normal((8, 512, 1024), dtype=np.float32)
+    y = np.empty_like(x)
+    pe512 = posemb.sinusoidal(512, 1024)
+    t_add = None
+    if torch is not None:
+        xt, pet = torch.from_numpy(x), torch.from_numpy(pe512)
+
+        def t_add() -> Any:
+            return xt + pet
+
+    return [
+        Case("sinusoidal", "sinusoidal table (float64-exact)", f"{n}x{d}",
+             lambda: posemb.sinusoidal(n, d), limit=_fresh_fill((n, d)), limit_kind="fill",
+             torch=t_fn, numpy=np_formula,
+             note="torch/numpy: the seed's formula in float32/float64"),
+        Case("sinusoidal", "add_sinusoidal out=", "8x512x1024",
+             lambda: posemb.add_sinusoidal(x, out=y),
+             limit=lambda: _core._stream("copy", x, y), limit_kind="copy",
+             torch=t_add, numpy=lambda: x + pe512,
+             note="torch/numpy: x + a precomputed table"),
+    ]
+
+
+def _learned_cases(quick: bool) -> list[Case]:
+    torch = _torch()
+    b, s, d, m = (2, 2048, 1024, 2048) if quick else (8, 2048, 1024, 2048)
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal((b, s, d), dtype=np.float32)
+    pos = rng.integers(0, m, (b, s))
+
+    def np_add_at() -> np.ndarray:
+        gw = np.zeros((m, d), np.float32)
+        np.add.at(gw, pos.reshape(-1), g.reshape(-1, d))
+        return gw
+
+    t_fn = None
+    if torch is not None:
+        gt = torch.from_numpy(g).reshape(-1, d)
+        pt = torch.from_numpy(pos.reshape(-1))
+
+        def t_fn() -> Any:
+            return torch.zeros(m, d).index_add_(0, pt, gt)
+
+    w = rng.standard_normal((m, d), dtype=np.float32) * 0.02
+    y = np.empty_like(g)
+    t_fwd = None
+    if torch is not None:
+        emb = torch.nn.Embedding(m, d)
+        with torch.no_grad():
+            emb.weight.copy_(torch.from_numpy(w))
+        xt = torch.from_numpy(g)
+
+        def t_fwd() -> Any:
+            with torch.no_grad():
+                return xt + emb(pt.reshape(b, s))
+
+    return [
+        Case("learned", "learned_pe_backward", f"{b}x{s} tokens, width {d}",
+             lambda: posemb.learned_pe_backward(g, pos, num_positions=m),
+             limit=lambda: _core._stream("read", g), limit_kind="read",
+             torch=t_fn, numpy=np_add_at,
+             note="torch: zeros + index_add_; numpy: np.add.at"),
+        Case("learned", "learned_pe_forward out=", f"{b}x{s}x{d}",
+             lambda: posemb.learned_pe_forward(g, w, pos[:, :], out=y),
+             limit=lambda: _core._stream("copy", g, y), limit_kind="copy",
+             torch=t_fwd, numpy=lambda: g + w[pos],
+             note="torch: x + nn.Embedding(positions)"),
+    ]
+
+
+def _hf_t5_bucket(torch: Any, rp: Any, num_buckets: int = 32, max_distance: int = 128) -> Any:
+    """HF T5Attention._relative_position_bucket (bidirectional)."""
+    import math
+    num_buckets //= 2
+    buckets = (rp > 0).to(torch.long) * num_buckets
+    rp = torch.abs(rp)
+    max_exact = num_buckets // 2
+    is_small = rp < max_exact
+    large = max_exact + (torch.log(rp.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (num_buckets - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(is_small, rp, large)
+
+
+def _bias_cases(quick: bool) -> list[Case]:
+    torch = _torch()
+    heads, L = (12, 1024) if quick else (12, 2048)
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((32, heads)).astype(np.float32)
+    slopes = posemb.alibi_slopes(heads)
+    t_t5 = t_alibi = None
+    if torch is not None:
+        weight = torch.from_numpy(table)
+        slopes_t = torch.from_numpy(slopes.astype(np.float32))
+
+        def t_t5() -> Any:   # HF compute_bias, made contiguous like a model uses it
+            ctx = torch.arange(L, dtype=torch.long)[:, None]
+            mem = torch.arange(L, dtype=torch.long)[None, :]
+            bucket = _hf_t5_bucket(torch, mem - ctx)
+            values = torch.nn.functional.embedding(bucket, weight)
+            return values.permute([2, 0, 1]).unsqueeze(0).contiguous()
+
+        def t_alibi() -> Any:
+            i = torch.arange(L, dtype=torch.float32)[:, None]
+            j = torch.arange(L, dtype=torch.float32)[None, :]
+            return -slopes_t[:, None, None] * (i - j)
+
+    def np_alibi() -> np.ndarray:
+        i = np.arange(L, dtype=np.float32)[:, None]
+        j = np.arange(L, dtype=np.float32)[None, :]
+        return -slopes.astype(np.float32)[:, None, None] * (i - j)
+
+    shape = f"{heads}x{L}x{L}"
+    return [
+        Case("bias", "t5_relative_bias", shape, lambda: posemb.t5_relative_bias(table, L, L),
+             limit=_fresh_fill((heads, L, L)), limit_kind="fill", torch=t_t5,
+             note="torch: HF compute_bias (+ .contiguous())"),
+        Case("bias", "alibi_bias", shape, lambda: posemb.alibi_bias(slopes, L, L),
+             limit=_fresh_fill((heads, L, L)), limit_kind="fill", torch=t_alibi,
+             numpy=np_alibi, note="torch/numpy: -m_h * (i - j)"),
+    ]
+
+
+FAMILIES: dict[str, Callable[[bool], list[Case]]] = {
+    "rope": _rope_cases,
+    "sinusoidal": _sinusoidal_cases,
+    "learned": _learned_cases,
+    "bias": _bias_cases,
+}
 
 
 def _thread_scaling(repeat: int) -> dict[str, Any]:

@@ -467,7 +467,8 @@ py_get_num_threads(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(arg))
 }
 
 /* _stream(kind, a, b): the benchmarks' bandwidth limit on the pool.
- * kind "scale": a *= 1 in place; "fill": a[:] = 0; "copy": b[:] = a.
+ * kind "scale": a *= 1 in place; "fill": a[:] = 0; "copy": b[:] = a;
+ * "read": sum a (read only).
  * a, b: C-contiguous float32 arrays (b writeable, same size, disjoint). */
 static PyObject *
 py_stream(PyObject *Py_UNUSED(self), PyObject *args)
@@ -495,6 +496,10 @@ py_stream(PyObject *Py_UNUSED(self), PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         pe_stream_copy(PyArray_NBYTES(a), PyArray_DATA(a), PyArray_DATA(b));
         Py_END_ALLOW_THREADS
+    } else if (strcmp(kind, "read") == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pe_stream_read_f32(PyArray_SIZE(a), (const float *)PyArray_DATA(a));
+        Py_END_ALLOW_THREADS
     } else if (strcmp(kind, "scale") == 0 || strcmp(kind, "fill") == 0) {
         const int fill = kind[0] == 'f';
         if (!PyArray_ISWRITEABLE(a)) {
@@ -508,7 +513,8 @@ py_stream(PyObject *Py_UNUSED(self), PyObject *args)
             pe_stream_scale_f32(PyArray_SIZE(a), (float *)PyArray_DATA(a), 1.0f);
         Py_END_ALLOW_THREADS
     } else {
-        PyErr_SetString(PyExc_ValueError, "kind must be 'scale', 'fill' or 'copy'");
+        PyErr_SetString(PyExc_ValueError,
+                        "kind must be 'scale', 'fill', 'copy' or 'read'");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -522,7 +528,7 @@ static PyMethodDef rope_methods[] = {
     {"get_num_threads", py_get_num_threads, METH_NOARGS,
      "get_num_threads() -> the thread count used by posemb's kernels."},
     {"_stream", py_stream, METH_VARARGS,
-     "_stream(kind, a, b=None): benchmark bandwidth limit ('scale', 'fill', 'copy')."},
+     "_stream(kind, a, b=None): benchmark bandwidth limit ('scale', 'fill', 'copy', 'read')."},
     {"_rope_table", py_rope_table, METH_VARARGS,
      "_rope_table(positions, inv_freq, attention_scale, interleaved, cos, sin)"
      "\n\nFill full-width rotary tables in place (see posemb.rope_cos_sin)."},

@@ -75,6 +75,7 @@ void pe_toeplitz_fill(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
 void pe_stream_scale_f32(ptrdiff_t n, float *x, float a);   /* x *= a */
 void pe_stream_fill_f32(ptrdiff_t n, float *x, float a);    /* x = a  */
 void pe_stream_copy(ptrdiff_t nbytes, const void *src, void *dst);
+void pe_stream_read_f32(ptrdiff_t n, const float *x);       /* reads x */
 
 /* ------------------------------------------------------------------ */
 /* RoPE: rotary position embeddings (rope.c)                           */

@@ -5,6 +5,7 @@
  *   pe_stream_scale_f32: x[i] *= a          (read + write in place)
  *   pe_stream_copy:      y[i]  = x[i]       (read + write elsewhere)
  *   pe_stream_fill_f32:  y[i]  = a          (write only)
+ *   pe_stream_read_f32:  sum of x           (read only)
  *
  * Contiguous buffers; parts of at least PE_PARALLEL_MIN_BYTES per thread.
  */
@@ -36,6 +37,30 @@ static void copy_task(void *ctx, ptrdiff_t b, ptrdiff_t e)
 {
     const stream_job *j = (const stream_job *)ctx;
     memcpy(j->dst + b, j->src + b, (size_t)(e - b));
+}
+
+static void read_task(void *ctx, ptrdiff_t b, ptrdiff_t e)
+{
+    const stream_job *j = (const stream_job *)ctx;
+    const float *restrict x = j->x;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};   /* independent sums: streams */
+    ptrdiff_t i = b;
+    for (; i + 8 <= e; i += 8)
+        for (int u = 0; u < 8; u++)
+            acc[u] += x[i + u];
+    for (; i < e; i++)
+        acc[0] += x[i];
+    {   /* a volatile sink keeps the loads */
+        volatile float sink = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] +
+                              acc[5] + acc[6] + acc[7];
+        (void)sink;
+    }
+}
+
+void pe_stream_read_f32(ptrdiff_t n, const float *x)
+{
+    stream_job j = {(float *)x, NULL, NULL, 1.0f};
+    pe_parallel_for(n, PE_PARALLEL_MIN_BYTES / 4, read_task, &j);
 }
 
 void pe_stream_scale_f32(ptrdiff_t n, float *x, float a)
