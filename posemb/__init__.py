@@ -23,12 +23,14 @@ from ._rope import (
     rotate_half,
 )
 
+from ._rope_scaling import *  # noqa: F401,F403
 from ._sinusoidal import *  # noqa: F401,F403
 from ._learned import *  # noqa: F401,F403
 from ._relative import *  # noqa: F401,F403
 from ._alibi import *  # noqa: F401,F403
 from ._masks import *  # noqa: F401,F403
 from ._attention import *  # noqa: F401,F403
+from . import _rope_scaling
 from . import _sinusoidal, _learned, _relative, _alibi, _masks, _attention
 
 __version__ = "0.1.0"
@@ -46,6 +48,7 @@ __all__ = [
     "rope_inv_freq",
     "rotate_half",
     "__version__",
+    *_rope_scaling.__all__,
     *_sinusoidal.__all__,
     *_learned.__all__,
     *_relative.__all__,

@@ -99,7 +99,7 @@ def normalize_scaling(scaling: Any) -> dict[str, Any]:
 
 def _real(scaling: Mapping[str, Any], key: str, *, positive: bool = True) -> float:
     value = scaling[key]
-    if isinstance(value, (bool, np.bool_)):
+    if isinstance(value, (bool, np.bool_, str, bytes)):
         raise TypeError(f"scaling[{key!r}] must be a real number, got {value!r}")
     name = f"scaling[{key!r}]"
     return _checks.positive_float(value, name) if positive else _checks.finite_float(value, name)
