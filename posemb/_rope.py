@@ -655,6 +655,11 @@ class RoPE:
         >>> qi is q and bool(np.array_equal(q, qr))
         True
         """
+        if inplace:
+            for name, t in (("q", q), ("k", k)):
+                if not isinstance(t, np.ndarray):
+                    raise TypeError(f"inplace=True needs {name} to be a numpy.ndarray, "
+                                    f"got {type(t).__name__}")
         q = _checks.float_operand(q, "q")
         k = _checks.float_operand(k, "k")
         if len(k.shape) == 0 or k.shape[-1] != self.head_size:
@@ -667,9 +672,6 @@ class RoPE:
                 f"given, got q {tuple(q.shape)} and k {tuple(k.shape)}")
         if inplace:
             for name, t in (("q", q), ("k", k)):
-                if not isinstance(t, np.ndarray):
-                    raise TypeError(f"inplace=True needs {name} to be a numpy.ndarray, "
-                                    f"got {type(t).__name__}")
                 if not t.flags.writeable:
                     raise ValueError(f"inplace=True needs {name} to be writeable")
             try:

@@ -471,7 +471,7 @@ def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     with np.errstate(over="ignore", under="ignore"):
         scale = zeta ** power[..., None]
     scale = np.repeat(scale, 2, axis=-1) if interleaved else np.concatenate([scale, scale], -1)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         out = (cos * scale, sin * scale, cos / scale, sin / scale)
     if not all(np.isfinite(t).all() for t in out):
         raise ValueError(
