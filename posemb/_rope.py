@@ -701,6 +701,47 @@ class RoPE:
             return q, k
         return uf(q, cos, sin), uf(k, kcos, ksin)
 
+    def apply_varlen(self, x: Any, cu_seqlens: Any, *, offset: Any = 0,
+                     out: np.ndarray | None = None) -> np.ndarray:
+        """Rotate a packed ``(total_tokens, heads, head_size)`` batch from the cache.
+
+        :func:`apply_rope_varlen` with this module's tables: positions restart
+        at ``offset`` (an integer or one per sequence) at every
+        ``cu_seqlens`` boundary; the cache grows to the longest sequence.
+
+        Examples
+        --------
+        >>> import numpy as np, posemb
+        >>> rope = posemb.RoPE(8, 16)
+        >>> x = np.ones((7, 2, 8), np.float32)
+        >>> y = rope.apply_varlen(x, np.array([0, 3, 7]), offset=np.array([10, 0]))
+        >>> bool(np.array_equal(y[:3], rope(x[:3].transpose(1, 0, 2), offset=10).transpose(1, 0, 2)))
+        True
+        """
+        from ._rope_variants import apply_rope_varlen
+
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x)
+        x = _checks.float_operand(x, "x")
+        if x.ndim != 3 or x.shape[-1] != self.head_size:
+            raise ValueError(
+                f"x must have shape (total_tokens, heads, head_size={self.head_size}), "
+                f"got {x.shape}")
+        cu = np.asarray(cu_seqlens)
+        off = np.asarray(offset)
+        need = 0
+        if (cu.dtype.kind in "iu" and cu.ndim == 1 and cu.size > 1 and off.dtype.kind in "iu"
+                and off.ndim <= 1 and (off.ndim == 0 or off.size == cu.size - 1)):
+            lengths = np.diff(cu.astype(np.int64))
+            top = off.astype(np.int64) + lengths
+            # a valid cu_seqlens needs at most max(offset) + total_tokens rows; anything
+            # else is left for apply_rope_varlen to report
+            if lengths.min() >= 0 and off.min() >= 0 and top.max() <= off.max() + x.shape[0]:
+                need = int(top.max())
+        cos, sin = self._range_tables(np.dtype(x.dtype), 0, need)
+        return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
+                                 offset=offset, out=out)
+
     def backward(self, grad: Any, positions: Any = None, *, offset: Any = 0,
                  out: np.ndarray | None = None) -> Any:
         """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.

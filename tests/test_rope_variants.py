@@ -645,3 +645,39 @@ def test_xpos_bad_input(kwargs, err, match):
     args.update(kwargs)
     with pytest.raises(err, match=match):
         posemb.xpos_cos_sin(args.pop("positions"), args.pop("dim"), **args)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_apply_varlen_uses_the_cache(rng, interleaved):
+    dim, orig = 16, 64
+    rs = {"rope_type": "longrope", "short_factor": [1.0 + i / 8 for i in range(8)],
+          "long_factor": [2.0 + i for i in range(8)], "original_max_position_embeddings": orig}
+    rope = posemb.RoPE(dim, 8, scaling=rs, max_position_embeddings=4 * orig,
+                       interleaved=interleaved)
+    cu = np.array([0, 5, 5, 17])
+    x = rng.standard_normal((17, 2, dim)).astype(np.float32)
+    for offs in (np.array([0, 0, 0]), np.array([3, 9, 60])):   # within / past the context
+        need = int((offs + np.diff(cu)).max())
+        c, s = posemb.rope_cos_sin(np.arange(need), dim, scaling=rs,
+                                   max_position_embeddings=4 * orig, interleaved=interleaved)
+        want = posemb.apply_rope_varlen(x, cu, c, s, interleaved=interleaved, offset=offs)
+        np.testing.assert_array_equal(rope.apply_varlen(x, cu, offset=offs), want)
+        # = the module applied to each sequence on its own
+        for b in range(3):
+            seq = x[cu[b]:cu[b + 1]].transpose(1, 0, 2)
+            if seq.shape[1]:
+                pos = np.arange(int(offs[b]), int(offs[b]) + seq.shape[1])
+                cc, ss = posemb.rope_cos_sin(pos, dim, scaling=rs, max_position_embeddings=4 * orig,
+                                             interleaved=interleaved, seq_len=need)
+                np.testing.assert_array_equal(want[cu[b]:cu[b + 1]].transpose(1, 0, 2),
+                                              posemb.apply_rope(seq, cc, ss, interleaved=interleaved))
+    x2 = x.copy()
+    assert rope.apply_varlen(x2, cu, out=x2) is x2
+    with pytest.raises(ValueError, match="cu_seqlens"):   # no huge table is made first
+        rope.apply_varlen(x, np.array([0, 2**40, 17]))
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        rope.apply_varlen(x, np.array([0, 20, 17]))
+    with pytest.raises(ValueError, match="x"):
+        rope.apply_varlen(x[..., :8], cu)
+    with pytest.raises(ValueError, match="offset"):
+        rope.apply_varlen(x, cu, offset=np.array([1, 2]))
