@@ -746,6 +746,9 @@ class RoPE:
                  out: np.ndarray | None = None) -> Any:
         """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.
 
+        (With a yarn/longrope attention factor ``a`` the forward is ``a``
+        times a rotation, and this, its adjoint, is ``a`` times the inverse.)
+
         Examples
         --------
         >>> import numpy as np, posemb

@@ -158,6 +158,14 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         (``long_factor`` past the original length).  ``None`` means "within the
         original context".
 
+    Notes
+    -----
+    yarn uses an explicit ``factor`` as given, as current transformers does
+    (Qwen3 writes ``factor`` 4 with ``max_position_embeddings`` 40960 and
+    ``original_max_position_embeddings`` 32768); some older releases replaced it
+    by ``max_position_embeddings / original_max_position_embeddings``.  longrope
+    infers ``factor`` from that ratio only when ``factor`` is absent (Phi-3).
+
     Examples
     --------
     >>> import posemb
@@ -315,8 +323,11 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     ``rotary_dim``), ``rope_scaling`` (or transformers v5 ``rope_parameters``),
     ``max_position_embeddings`` and a top-level
     ``original_max_position_embeddings`` (Phi-3).  The interleaved layout is
-    used for GPT-J and when ``rope_interleave`` is true (DeepSeek-V3);
-    otherwise the half-split layout of transformers.  A multimodal config whose
+    used for GPT-J and when ``rope_interleave`` is true (DeepSeek-V3:
+    transformers de-interleaves q and k before its half-split rotation, so its
+    outputs are these with each head's features in the order ``0, 2, 4, ...,
+    1, 3, 5, ...``; ``q . k`` is the same); otherwise the half-split layout of
+    transformers.  A multimodal config whose
     rotary settings live in ``text_config`` is read from there.
 
     Parameters
