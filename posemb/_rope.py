@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
+from ._rope_scaling import frequency_regime, normalize_scaling, rope_scaling_parameters
 
 __all__ = [
     "rope_inv_freq",
@@ -95,10 +96,15 @@ def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any) -> Any:
     return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
 
 
-def rope_inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
+def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
+                  max_position_embeddings: int | None = None,
+                  seq_len: int | None = None) -> np.ndarray:
     """Inverse frequencies of RoPE, ``base ** (-2i / dim)`` for ``i < dim // 2``.
 
-    Computed in float64 (HF and Meta compute them in float32).
+    Computed in float64 (HF and Meta compute them in float32).  With
+    ``scaling`` (a Hugging Face ``rope_scaling`` dict) these are the scaled
+    frequencies; see :func:`rope_scaling_parameters`, which also returns the
+    attention factor.
 
     Parameters
     ----------
@@ -106,6 +112,13 @@ def rope_inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
         Rotary width (head size, or ``rotary_dim`` for partial rotary); even.
     base : float
         The RoPE base (``rope_theta``), > 0.
+    scaling : dict, optional
+        ``{"rope_type": "linear" | "dynamic" | "yarn" | "longrope" | "llama3", ...}``.
+    max_position_embeddings : int, optional
+        Needed by ``dynamic``, and by ``yarn``/``longrope`` without
+        ``original_max_position_embeddings`` in ``scaling``.
+    seq_len : int, optional
+        Current sequence length, for ``dynamic`` and ``longrope``.
 
     Returns
     -------
@@ -117,10 +130,12 @@ def rope_inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
     >>> import posemb
     >>> posemb.rope_inv_freq(4, base=100.0)
     array([1. , 0.1])
+    >>> posemb.rope_inv_freq(4, base=100.0, scaling={"type": "linear", "factor": 2.0})
+    array([0.5 , 0.05])
     """
-    dim = _checks.even_size(dim, "dim")
-    base = _checks.positive_float(base, "base")
-    return base ** (-(np.arange(0, dim, 2, dtype=np.float64) / dim))
+    return rope_scaling_parameters(dim, base, scaling,
+                                   max_position_embeddings=max_position_embeddings,
+                                   seq_len=seq_len)[0]
 
 
 def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
@@ -140,8 +155,9 @@ def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
 
 
 def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
-                 interleaved: bool = False,
-                 dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
+                 interleaved: bool = False, dtype: Any = np.float32,
+                 scaling: Any = None, max_position_embeddings: int | None = None,
+                 seq_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Full-width RoPE tables ``(cos, sin)`` for integer positions.
 
     The angle ``p * inv_freq[i]`` is formed in float64 and cos/sin are rounded
@@ -161,6 +177,14 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
         False: half-split layout ``concat(c, c)`` (HF ``rotate_half``);
         True: each value repeated twice (GPT-J / Meta).
     dtype : float16, float32 or float64
+    scaling : dict, optional
+        A Hugging Face ``rope_scaling`` dict (see :func:`rope_scaling_parameters`);
+        the yarn/longrope attention factor multiplies cos and sin, as HF does.
+    max_position_embeddings : int, optional
+        The model's context length, for the scaling types that need it.
+    seq_len : int, optional
+        Current sequence length for ``dynamic``/``longrope``; default
+        ``positions.max() + 1``, which is what HF's ``dynamic_rope_update`` uses.
 
     Returns
     -------
@@ -175,11 +199,19 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     ((3, 4), dtype('float32'))
     >>> bool(np.allclose(cos[1], np.cos([1.0, 0.01, 1.0, 0.01])))
     True
+    >>> yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    >>> cos, sin = posemb.rope_cos_sin(np.arange(3), 128, 1e6, scaling=yarn)
+    >>> round(float(cos[0, 0]), 4)                  # attention factor 0.1 ln 4 + 1
+    1.1386
     """
-    inv = rope_inv_freq(dim, base)
     dt = _checks.float_dtype(dtype)
     pos = _checks.positions_array(positions)
-    return _tables(pos, inv, interleaved, dt)
+    if seq_len is None and pos.size:
+        seq_len = int(pos.max()) + 1
+    inv, attn = rope_scaling_parameters(dim, base, scaling,
+                                        max_position_embeddings=max_position_embeddings,
+                                        seq_len=seq_len)
+    return _tables(pos, inv, interleaved, dt, attn)
 
 
 def _rope_operands(x: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
@@ -430,11 +462,21 @@ class RoPE:
     dtype : float16, float32 or float64
         dtype of :attr:`cos_cached`/:attr:`sin_cached`.  Inputs of another
         float dtype use tables of their own dtype (made once and cached).
+    scaling : dict, optional
+        A Hugging Face ``rope_scaling`` dict (``linear``, ``dynamic``, ``yarn``,
+        ``longrope``, ``llama3``; see :func:`rope_scaling_parameters`).  The
+        yarn/longrope attention factor multiplies the tables.  ``dynamic`` and
+        ``longrope`` pick their frequencies per call from the largest position
+        + 1, as HF's ``dynamic_rope_update`` does.
+    max_position_embeddings : int, optional
+        The model's context length, for the scaling types that need it.
 
     ``rope(x, positions=None, *, offset=0, out=None)`` rotates ``x`` of shape
     ``(..., seq, head_size)`` -- the Julia ``(head_size, seq_len, nheads*batch)``
     in row-major order -- at positions ``offset .. offset+seq-1``, or at
-    ``positions`` (integers broadcastable to ``x.shape[:-1]``).
+    ``positions`` (integers broadcastable to ``x.shape[:-1]``).  ``offset`` may
+    be an integer array of shape ``(batch,)``: sequence ``b`` (axis 0 of ``x``)
+    is at ``offset[b] .. offset[b]+seq-1`` (batched decoding with a KV cache).
 
     Examples
     --------
@@ -446,6 +488,9 @@ class RoPE:
     True
     >>> rope(x[:, -1:], offset=99).shape          # KV-cache decoding step
     (256, 1, 64)
+    >>> q = np.ones((3, 8, 1, 64), np.float32)      # (batch, heads, seq, head_size)
+    >>> rope(q, offset=np.array([7, 40, 3])).shape  # each sequence at its own position
+    (3, 8, 1, 64)
     """
 
     #: cache no more than this many bytes per table unless seq_len asks for more
@@ -453,7 +498,8 @@ class RoPE:
 
     def __init__(self, head_size: int, seq_len: int, *, base: float = 10000.0,
                  scale: float = 1.0, interleaved: bool = False,
-                 rotary_dim: int | None = None, dtype: Any = np.float32) -> None:
+                 rotary_dim: int | None = None, dtype: Any = np.float32,
+                 scaling: Any = None, max_position_embeddings: int | None = None) -> None:
         self.head_size = _checks.size(head_size, "head_size", minimum=1)
         if rotary_dim is None:
             self.rotary_dim = _checks.even_size(head_size, "head_size", minimum=2)
@@ -467,15 +513,28 @@ class RoPE:
         self.scale = _checks.finite_float(scale, "scale")
         self.interleaved = bool(interleaved)
         self.dtype = _checks.float_dtype(dtype)
-        self.inv_freq = rope_inv_freq(self.rotary_dim, self.base) * self.scale
+        self.scaling = normalize_scaling(scaling)
+        self.max_position_embeddings = (
+            None if max_position_embeddings is None
+            else _checks.size(max_position_embeddings, "max_position_embeddings", minimum=1))
+        inv, attn = rope_scaling_parameters(self.rotary_dim, self.base, self.scaling,
+                                            max_position_embeddings=self.max_position_embeddings)
+        self.inv_freq = inv * self.scale
+        #: multiplies cos and sin (yarn/longrope; 1.0 otherwise)
+        self.attention_factor = attn
+        self._freqs: dict[Any, tuple[np.ndarray, float]] = {None: (self.inv_freq, attn)}
         self._lock = threading.Lock()
-        self._cache: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
+        self._cache: dict[tuple[np.dtype, Any], tuple[np.ndarray, np.ndarray]] = {}
         self._cached_tables(self.dtype, self.seq_len)
 
     def __repr__(self) -> str:
+        extra = ""
+        if self.scaling["rope_type"] != "default":
+            extra = (f", scaling={self.scaling!r}, "
+                     f"max_position_embeddings={self.max_position_embeddings}")
         return (f"RoPE(head_size={self.head_size}, seq_len={self.seq_len}, base={self.base}, "
                 f"scale={self.scale}, interleaved={self.interleaved}, "
-                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name})")
+                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra})")
 
     @property
     def cos_cached(self) -> np.ndarray:
@@ -487,22 +546,43 @@ class RoPE:
         """The cached sin table, ``(cached_len, rotary_dim)`` (read-only view)."""
         return self._cached_tables(self.dtype, 0)[1]
 
-    def _cached_tables(self, dtype: np.dtype, need: int) -> tuple[np.ndarray, np.ndarray]:
+    def _regime(self, seq_len: int) -> Any:
+        """None, "long" (longrope) or a length (dynamic NTK past the context)."""
+        return frequency_regime(self.scaling, self.max_position_embeddings, seq_len)
+
+    @staticmethod
+    def _cacheable(key: Any) -> bool:
+        return key is None or key == "long"
+
+    def _frequencies(self, key: Any, seq_len: int) -> tuple[np.ndarray, float]:
+        got = self._freqs.get(key)
+        if got is None:
+            inv, attn = rope_scaling_parameters(
+                self.rotary_dim, self.base, self.scaling,
+                max_position_embeddings=self.max_position_embeddings, seq_len=seq_len)
+            got = (inv * self.scale, attn)
+            if self._cacheable(key):
+                self._freqs[key] = got
+        return got
+
+    def _cached_tables(self, dtype: np.dtype, need: int,
+                       key: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Tables of ``dtype`` with at least ``need`` rows (grown geometrically)."""
-        tables = self._cache.get(dtype)
+        tables = self._cache.get((dtype, key))
         if tables is not None and tables[0].shape[0] >= need:
             return tables
         with self._lock:
-            tables = self._cache.get(dtype)
+            tables = self._cache.get((dtype, key))
             have = 0 if tables is None else tables[0].shape[0]
             if have >= need and tables is not None:
                 return tables
             rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
-            cos, sin = _tables(np.arange(rows, dtype=np.int64), self.inv_freq,
-                               self.interleaved, dtype)
+            inv, attn = self._frequencies(key, need)
+            cos, sin = _tables(np.arange(rows, dtype=np.int64), inv,
+                               self.interleaved, dtype, attn)
             cos.flags.writeable = False
             sin.flags.writeable = False
-            self._cache[dtype] = (cos, sin)
+            self._cache[(dtype, key)] = (cos, sin)
             return cos, sin
 
     def _max_rows(self, dtype: np.dtype) -> int:
@@ -533,45 +613,71 @@ class RoPE:
         stop = start + n
         if stop > _checks.MAX_EXACT_POSITION:
             raise ValueError(f"offset + seq must be <= 2**53, got {stop}")
-        if stop <= self._max_rows(dtype):
-            cos, sin = self._cached_tables(dtype, stop)
+        key = self._regime(stop)
+        if self._cacheable(key) and stop <= self._max_rows(dtype):
+            cos, sin = self._cached_tables(dtype, stop, key)
             return cos[start:stop], sin[start:stop]
-        # far beyond any sensible cache: compute just these rows
-        return _tables(np.arange(start, stop, dtype=np.int64), self.inv_freq,
-                       self.interleaved, dtype)
+        # far beyond any sensible cache, or dynamic NTK frequencies of this
+        # length: compute just these rows
+        inv, attn = self._frequencies(key, stop)
+        return _tables(np.arange(start, stop, dtype=np.int64), inv,
+                       self.interleaved, dtype, attn)
 
     def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         top = int(pos.max()) + 1 if pos.size else 0
-        if top <= self._max_rows(dtype):
-            cos, sin = self._cached_tables(dtype, top)
+        key = self._regime(top)
+        if self._cacheable(key) and top <= self._max_rows(dtype):
+            cos, sin = self._cached_tables(dtype, top, key)
             return cos[pos], sin[pos]
-        return _tables(pos, self.inv_freq, self.interleaved, dtype)
+        inv, attn = self._frequencies(key, top)
+        return _tables(pos, inv, self.interleaved, dtype, attn)
 
-    def _tables_for(self, x: Any, positions: Any, offset: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-        shape = x.shape
+    def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
+        """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""
+        off = _checks.positions_array(offset, "offset")
+        if off.ndim != 1:
+            raise ValueError(
+                f"offset must be an integer or an integer array of shape (batch,), "
+                f"got shape {off.shape}")
+        if len(shape) < 3:
+            raise ValueError(
+                f"offset of shape (batch,) needs {name} of shape (batch, ..., seq, head_size), "
+                f"got {tuple(shape)}")
+        if off.shape[0] != shape[0]:
+            raise ValueError(
+                f"offset has {off.shape[0]} entries but {name} has batch size {shape[0]} (axis 0)")
+        seq = shape[-2]
+        if off.size and int(off.max()) + seq > _checks.MAX_EXACT_POSITION:
+            raise ValueError(f"offset + seq must be <= 2**53, got {int(off.max()) + seq}")
+        return off.reshape((-1,) + (1,) * (len(shape) - 2)) + np.arange(seq, dtype=np.int64)
+
+    def _tables_for(self, x: Any, positions: Any, offset: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+        shape = tuple(x.shape)
         if len(shape) == 0 or shape[-1] != self.head_size:
             raise ValueError(
-                f"{name}'s last axis must be head_size={self.head_size}, got shape {tuple(shape)}")
+                f"{name}'s last axis must be head_size={self.head_size}, got shape {shape}")
         dt = np.dtype(x.dtype)
         if positions is None:
             if len(shape) < 2:
                 raise ValueError(
                     f"{name} must have shape (..., seq, head_size) when positions is not given, "
-                    f"got {tuple(shape)}")
-            start = _checks.size(offset, "offset")
-            return self._range_tables(dt, start, shape[-2])
+                    f"got {shape}")
+            if np.ndim(offset) == 0:
+                start = _checks.size(offset, "offset")
+                return self._range_tables(dt, start, shape[-2])
+            return self._gather_tables(dt, self._offset_positions(shape, offset, name))
         pos = _checks.positions_array(positions)
         try:
-            ok = np.broadcast_shapes(pos.shape, tuple(shape[:-1])) == tuple(shape[:-1])
+            ok = np.broadcast_shapes(pos.shape, shape[:-1]) == shape[:-1]
         except ValueError:
             ok = False
         if not ok:
             raise ValueError(
                 f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = "
-                f"{tuple(shape[:-1])}")
+                f"{shape[:-1]}")
         return self._gather_tables(dt, pos)
 
-    def __call__(self, x: Any, positions: Any = None, *, offset: int = 0,
+    def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
         x = _checks.float_operand(x, "x")
@@ -580,9 +686,123 @@ class RoPE:
 
     forward = __call__
 
-    def backward(self, grad: Any, positions: Any = None, *, offset: int = 0,
+    def apply_qk(self, q: Any, k: Any, positions: Any = None, *, offset: Any = 0,
+                 inplace: bool = False) -> tuple[Any, Any]:
+        """Rotate queries and keys with one set of tables (grouped-query attention).
+
+        ``q`` is ``(..., q_heads, seq, head_size)`` and ``k`` is
+        ``(..., kv_heads, seq, head_size)``: the head counts may differ, the
+        tables (from ``positions``, or ``offset`` -- an integer or a ``(batch,)``
+        array) are made once and broadcast over both.  ``inplace=True`` rotates
+        ``q`` and ``k`` in their own memory (no copies, no temporaries) and
+        returns them.
+
+        Examples
+        --------
+        >>> import numpy as np, posemb
+        >>> rope = posemb.RoPE(64, 256)
+        >>> q = np.ones((2, 32, 10, 64), np.float32)   # 32 query heads
+        >>> k = np.ones((2, 8, 10, 64), np.float32)    # 8 key/value heads
+        >>> qr, kr = rope.apply_qk(q, k, offset=np.array([0, 100]))
+        >>> qr.shape, kr.shape
+        ((2, 32, 10, 64), (2, 8, 10, 64))
+        >>> qi, ki = rope.apply_qk(q, k, offset=np.array([0, 100]), inplace=True)
+        >>> qi is q and bool(np.array_equal(q, qr))
+        True
+        """
+        if inplace:
+            for name, t in (("q", q), ("k", k)):
+                if not isinstance(t, np.ndarray):
+                    raise TypeError(f"inplace=True needs {name} to be a numpy.ndarray, "
+                                    f"got {type(t).__name__}")
+        q = _checks.float_operand(q, "q")
+        k = _checks.float_operand(k, "k")
+        if len(k.shape) == 0 or k.shape[-1] != self.head_size:
+            raise ValueError(
+                f"k's last axis must be head_size={self.head_size}, got shape {tuple(k.shape)}")
+        if (positions is None and len(q.shape) >= 2 and len(k.shape) >= 2
+                and q.shape[-2] != k.shape[-2]):
+            raise ValueError(
+                f"q and k must have the same sequence length (axis -2) when positions is not "
+                f"given, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+        if inplace:
+            for name, t in (("q", q), ("k", k)):
+                if not t.flags.writeable:
+                    raise ValueError(f"inplace=True needs {name} to be writeable")
+            try:
+                shared = np.shares_memory(q, k, max_work=10**6)
+            except np.exceptions.TooHardError:
+                shared = True
+            if shared:
+                raise ValueError("inplace=True needs q and k in separate memory")
+        cos, sin = self._tables_for(q, positions, offset, "q")
+        kshape = tuple(k.shape[:-1])
+        try:
+            ok = np.broadcast_shapes(cos.shape[:-1], kshape) == kshape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"the positions of q (tables of shape {cos.shape[:-1]}) must broadcast to "
+                f"k.shape[:-1] = {kshape}")
+        if np.dtype(k.dtype) == np.dtype(q.dtype):
+            kcos, ksin = cos, sin
+        else:
+            kcos, ksin = self._tables_for(k, positions, offset, "k")
+        kind = _kind(self.interleaved, False)
+        if inplace:
+            _run(kind, q, cos, sin, q)
+            _run(kind, k, kcos, ksin, k)
+            return q, k
+        return _run(kind, q, cos, sin, None), _run(kind, k, kcos, ksin, None)
+
+    def apply_varlen(self, x: Any, cu_seqlens: Any, *, offset: Any = 0,
+                     out: np.ndarray | None = None) -> np.ndarray:
+        """Rotate a packed ``(total_tokens, heads, head_size)`` batch from the cache.
+
+        :func:`apply_rope_varlen` with this module's tables: positions restart
+        at ``offset`` (an integer or one per sequence) at every
+        ``cu_seqlens`` boundary; the cache grows to the longest sequence.
+
+        Examples
+        --------
+        >>> import numpy as np, posemb
+        >>> rope = posemb.RoPE(8, 16)
+        >>> x = np.ones((7, 2, 8), np.float32)
+        >>> y = rope.apply_varlen(x, np.array([0, 3, 7]), offset=np.array([10, 0]))
+        >>> bool(np.array_equal(y[:3], rope(x[:3].transpose(1, 0, 2), offset=10).transpose(1, 0, 2)))
+        True
+        """
+        from ._rope_variants import apply_rope_varlen
+
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x)
+        x = _checks.float_operand(x, "x")
+        if x.ndim != 3 or x.shape[-1] != self.head_size:
+            raise ValueError(
+                f"x must have shape (total_tokens, heads, head_size={self.head_size}), "
+                f"got {x.shape}")
+        cu = np.asarray(cu_seqlens)
+        off = np.asarray(offset)
+        need = 0
+        if (cu.dtype.kind in "iu" and cu.ndim == 1 and cu.size > 1 and off.dtype.kind in "iu"
+                and off.ndim <= 1 and (off.ndim == 0 or off.size == cu.size - 1)):
+            lengths = np.diff(cu.astype(np.int64))
+            top = off.astype(np.int64) + lengths
+            # a valid cu_seqlens needs at most max(offset) + total_tokens rows; anything
+            # else is left for apply_rope_varlen to report
+            if lengths.min() >= 0 and off.min() >= 0 and top.max() <= off.max() + x.shape[0]:
+                need = int(top.max())
+        cos, sin = self._range_tables(np.dtype(x.dtype), 0, need)
+        return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
+                                 offset=offset, out=out)
+
+    def backward(self, grad: Any, positions: Any = None, *, offset: Any = 0,
                  out: np.ndarray | None = None) -> Any:
         """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.
+
+        (With a yarn/longrope attention factor ``a`` the forward is ``a``
+        times a rotation, and this, its adjoint, is ``a`` times the inverse.)
 
         Examples
         --------

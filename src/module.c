@@ -566,6 +566,220 @@ register_rope(PyObject *m)
 }
 
 /* ------------------------------------------------------------------ */
+/* RoPE variants: packed variable-length batches (rope_varlen.c)        */
+/* ------------------------------------------------------------------ */
+
+/* Check an aligned, native-byte-order array of a float type and rank. */
+static int
+check_float_array(PyObject *obj, const char *name, int ndim, int writeable)
+{
+    PyArrayObject *a;
+    int t;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
+        return -1;
+    }
+    a = (PyArrayObject *)obj;
+    t = PyArray_TYPE(a);
+    if ((t != NPY_HALF && t != NPY_FLOAT && t != NPY_DOUBLE) ||
+        !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be float16, float32 or float64 in native byte order",
+                     name);
+        return -1;
+    }
+    if (PyArray_NDIM(a) != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must have %d dimensions, got %d", name,
+                     ndim, PyArray_NDIM(a));
+        return -1;
+    }
+    if (!PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be aligned", name);
+        return -1;
+    }
+    if (writeable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Turn a pe_rope_varlen_check code into a Python exception. */
+static void
+varlen_error(int rc, const pe_rope_varlen *a, ptrdiff_t w)
+{
+    const int64_t *cu = a->cu_seqlens;
+    switch (rc) {
+    case PE_VARLEN_BAD_START:
+        PyErr_Format(PyExc_ValueError, "cu_seqlens must start at 0, got %lld",
+                     (long long)cu[0]);
+        break;
+    case PE_VARLEN_DECREASING:
+        PyErr_Format(PyExc_ValueError,
+                     "cu_seqlens must be non-decreasing, got cu_seqlens[%zd] = %lld "
+                     "after %lld", (Py_ssize_t)w, (long long)cu[w],
+                     (long long)cu[w - 1]);
+        break;
+    case PE_VARLEN_BAD_END:
+        PyErr_Format(PyExc_ValueError,
+                     "cu_seqlens must end at total_tokens = x.shape[0] = %zd and "
+                     "never exceed it, got cu_seqlens[%zd] = %lld",
+                     (Py_ssize_t)a->total, (Py_ssize_t)w, (long long)cu[w]);
+        break;
+    case PE_VARLEN_NEGATIVE_OFFSET:
+        PyErr_Format(PyExc_ValueError, "offset[%zd] = %lld must be >= 0",
+                     (Py_ssize_t)w, (long long)a->offsets[w]);
+        break;
+    case PE_VARLEN_OUT_OF_RANGE: {
+        const long long len = (long long)(cu[w + 1] - cu[w]);
+        const long long off = a->offsets ? (long long)a->offsets[w] : 0;
+        PyErr_Format(PyExc_IndexError,
+                     "cu_seqlens: sequence %zd has %lld tokens at positions "
+                     "%lld..%lld, but cos/sin have only %zd rows",
+                     (Py_ssize_t)w, len, off, off + len - 1, (Py_ssize_t)a->rows);
+        break;
+    }
+    case PE_VARLEN_BAD_WIDTH:
+        PyErr_Format(PyExc_ValueError,
+                     "cos/sin width (%zd) must not exceed x's last axis (%zd)",
+                     (Py_ssize_t)a->r, (Py_ssize_t)a->d);
+        break;
+    default:
+        PyErr_SetString(PyExc_ValueError, "invalid sizes for _rope_varlen");
+    }
+}
+
+/*
+ * _rope_varlen(x, cu_seqlens, offsets, cos, sin, interleaved, backward, out)
+ * x, out: (total, heads, d) of one float dtype, aligned, any strides (out may
+ * be x); cu_seqlens: int64 (nseq + 1,); offsets: None or int64 (nseq,);
+ * cos, sin: (rows, r) of x's dtype, r even <= d.
+ */
+static PyObject *
+py_rope_varlen(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *x_o, *cu_o, *off_o, *cos_o, *sin_o, *out_o;
+    PyArrayObject *x, *out, *cs, *sn, *cu;
+    int interleaved, backward, typenum, i, rc;
+    ptrdiff_t where;
+    pe_rope_varlen a;
+    pe_rope_fn fn;
+    static const pe_rope_fn kernels[2][2][3] = {
+        {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
+         {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64}},
+        {{pe_rope_inter_fwd_f16, pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
+         {pe_rope_inter_back_f16, pe_rope_inter_back_f32,
+          pe_rope_inter_back_f64}}};
+
+    if (!PyArg_ParseTuple(args, "OOOOOppO:_rope_varlen", &x_o, &cu_o, &off_o,
+                          &cos_o, &sin_o, &interleaved, &backward, &out_o))
+        return NULL;
+    if (check_float_array(x_o, "x", 3, 0) < 0 ||
+        check_float_array(out_o, "out", 3, 1) < 0 ||
+        check_float_array(cos_o, "cos", 2, 0) < 0 ||
+        check_float_array(sin_o, "sin", 2, 0) < 0 ||
+        check_array(cu_o, "cu_seqlens", NPY_INT64, 1, 0) < 0)
+        return NULL;
+    x = (PyArrayObject *)x_o;
+    out = (PyArrayObject *)out_o;
+    cs = (PyArrayObject *)cos_o;
+    sn = (PyArrayObject *)sin_o;
+    cu = (PyArrayObject *)cu_o;
+    typenum = PyArray_TYPE(x);
+    if (PyArray_TYPE(out) != typenum || PyArray_TYPE(cs) != typenum ||
+        PyArray_TYPE(sn) != typenum) {
+        PyErr_SetString(PyExc_TypeError,
+                        "x, out, cos and sin must have the same dtype");
+        return NULL;
+    }
+    for (i = 0; i < 3; i++) {
+        if (PyArray_DIM(out, i) != PyArray_DIM(x, i)) {
+            PyErr_SetString(PyExc_ValueError, "out must have the shape of x");
+            return NULL;
+        }
+    }
+    if (PyArray_DIM(cs, 0) != PyArray_DIM(sn, 0) ||
+        PyArray_DIM(cs, 1) != PyArray_DIM(sn, 1)) {
+        PyErr_SetString(PyExc_ValueError, "cos and sin must have the same shape");
+        return NULL;
+    }
+    if (PyArray_DIM(cs, 1) % 2 != 0) {
+        PyErr_SetString(PyExc_ValueError, "cos/sin width must be even");
+        return NULL;
+    }
+    if (PyArray_DIM(cu, 0) < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cu_seqlens must have at least one entry (batch + 1)");
+        return NULL;
+    }
+    a.nseq = PyArray_DIM(cu, 0) - 1;
+    a.offsets = NULL;
+    if (off_o != Py_None) {
+        if (check_array(off_o, "offset", NPY_INT64, 1, 0) < 0)
+            return NULL;
+        if (PyArray_DIM((PyArrayObject *)off_o, 0) != a.nseq) {
+            PyErr_Format(PyExc_ValueError,
+                         "offset must have one entry per sequence (%zd), got %zd",
+                         (Py_ssize_t)a.nseq,
+                         (Py_ssize_t)PyArray_DIM((PyArrayObject *)off_o, 0));
+            return NULL;
+        }
+        a.offsets = (const int64_t *)PyArray_DATA((PyArrayObject *)off_o);
+    }
+    a.total = PyArray_DIM(x, 0);
+    a.heads = PyArray_DIM(x, 1);
+    a.d = PyArray_DIM(x, 2);
+    a.r = PyArray_DIM(cs, 1);
+    a.rows = PyArray_DIM(cs, 0);
+    a.cu_seqlens = (const int64_t *)PyArray_DATA(cu);
+    a.x = PyArray_BYTES(x);
+    a.y = PyArray_BYTES(out);
+    a.cos = PyArray_BYTES(cs);
+    a.sin = PyArray_BYTES(sn);
+    a.x_token = PyArray_STRIDE(x, 0);
+    a.x_head = PyArray_STRIDE(x, 1);
+    a.x_inner = PyArray_STRIDE(x, 2);
+    a.y_token = PyArray_STRIDE(out, 0);
+    a.y_head = PyArray_STRIDE(out, 1);
+    a.y_inner = PyArray_STRIDE(out, 2);
+    a.cos_row = PyArray_STRIDE(cs, 0);
+    a.cos_inner = PyArray_STRIDE(cs, 1);
+    a.sin_row = PyArray_STRIDE(sn, 0);
+    a.sin_inner = PyArray_STRIDE(sn, 1);
+
+    rc = pe_rope_varlen_check(&a, &where);
+    if (rc != PE_VARLEN_OK) {
+        varlen_error(rc, &a, where);
+        return NULL;
+    }
+    fn = kernels[interleaved ? 1 : 0][backward ? 1 : 0]
+                [typenum == NPY_HALF ? 0 : typenum == NPY_FLOAT ? 1 : 2];
+    Py_BEGIN_ALLOW_THREADS
+    rc = pe_rope_varlen_apply(&a, fn);
+    Py_END_ALLOW_THREADS
+    if (rc != PE_VARLEN_OK) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "cu_seqlens or offset changed during _rope_varlen");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef rope_variant_methods[] = {
+    {"_rope_varlen", py_rope_varlen, METH_VARARGS,
+     "_rope_varlen(x, cu_seqlens, offsets, cos, sin, interleaved, backward, out)"
+     "\n\nRotate a packed (total, heads, d) batch in out (see "
+     "posemb.apply_rope_varlen)."},
+    {NULL, NULL, 0, NULL}};
+
+/* Register the RoPE variants that need their own C entry points. */
+static int
+register_rope_variants(PyObject *m)
+{
+    return PyModule_AddFunctions(m, rope_variant_methods);
+}
+
+/* ------------------------------------------------------------------ */
 /* Sinusoidal (absolute) encodings                                      */
 /* ------------------------------------------------------------------ */
 
@@ -1492,7 +1706,8 @@ PyInit__core(void)
     m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    if (register_rope(m) < 0 || register_sinusoidal(m) < 0 ||
+    if (register_rope(m) < 0 || register_rope_variants(m) < 0 ||
+        register_sinusoidal(m) < 0 ||
         register_learned(m) < 0 || register_relative(m) < 0 ||
         register_alibi(m) < 0 || register_masks(m) < 0)
         goto fail;

@@ -180,6 +180,46 @@ void pe_rope_table_f64(ptrdiff_t n, const int64_t *pos, ptrdiff_t h,
                        const double *inv_freq, double attn, int interleaved,
                        double *cos_out, double *sin_out);
 
+/*
+ * RoPE over packed variable-length batches (rope_varlen.c), flash-attn's
+ * cu_seqlens convention.  x and y are (total, heads, d) with byte strides
+ * per token, head and feature; cos/sin are (rows, r) tables with byte
+ * strides per row and feature.  Token t of sequence b
+ * (cu_seqlens[b] <= t < cu_seqlens[b+1]) is rotated by table row
+ *   offsets[b] + (t - cu_seqlens[b])          (offsets NULL: 0)
+ * with one of the apply kernels above; y may be x (in place).
+ */
+typedef struct pe_rope_varlen {
+    ptrdiff_t nseq, total, heads, d, r, rows;
+    const int64_t *cu_seqlens; /* nseq + 1 */
+    const int64_t *offsets;    /* nseq, or NULL */
+    const char *x, *cos, *sin;
+    char *y;
+    ptrdiff_t x_token, x_head, x_inner;
+    ptrdiff_t y_token, y_head, y_inner;
+    ptrdiff_t cos_row, cos_inner, sin_row, sin_inner;
+} pe_rope_varlen;
+
+enum {
+    PE_VARLEN_OK = 0,
+    PE_VARLEN_BAD_SIZE,        /* a negative size or a NULL cu_seqlens */
+    PE_VARLEN_BAD_WIDTH,       /* r > d */
+    PE_VARLEN_BAD_START,       /* cu_seqlens[0] != 0 */
+    PE_VARLEN_DECREASING,      /* cu_seqlens[where] < cu_seqlens[where-1] */
+    PE_VARLEN_BAD_END,         /* cu_seqlens[where] > total, or the last != total */
+    PE_VARLEN_NEGATIVE_OFFSET, /* offsets[where] < 0 */
+    PE_VARLEN_OUT_OF_RANGE     /* sequence where needs rows past the table */
+};
+
+/* Check the sizes and every cu_seqlens/offsets entry (reads nothing else):
+ * PE_VARLEN_OK, or a code with *where the offending index. */
+int pe_rope_varlen_check(const pe_rope_varlen *a, ptrdiff_t *where);
+/* Check, then rotate with kernel; returns the check's code (a failed check
+ * writes nothing; the bounds are re-read per sequence, so arrays changed
+ * concurrently can stop it part way, never take it out of range).  Needs no
+ * Python: call it without the GIL. */
+int pe_rope_varlen_apply(const pe_rope_varlen *a, pe_rope_fn kernel);
+
 /* ------------------------------------------------------------------ */
 /* Sinusoidal (absolute) encodings (sinusoidal.c)                      */
 /* ------------------------------------------------------------------ */
