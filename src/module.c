@@ -212,6 +212,13 @@ static const rope_kernel rope_inter_fwd[3] = {{pe_rope_inter_fwd_f16, 2},
 static const rope_kernel rope_inter_back[3] = {{pe_rope_inter_back_f16, 2},
                                                {pe_rope_inter_back_f32, 4},
                                                {pe_rope_inter_back_f64, 8}};
+/* duplicated-table half-split kernels by kind (0 fwd, 1 back), f32/f64 */
+static const pe_rope_fn rope_dup_by_kind[2][2] = {
+    {pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
+    {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
+static const pe_rope_fn rope_dupnt_by_kind[2][2] = {
+    {pe_rope_dupnt_fwd_f32, pe_rope_dupnt_fwd_f64},
+    {pe_rope_dupnt_back_f32, pe_rope_dupnt_back_f64}};
 /* by kind: 0 half fwd, 1 half back, 2 interleaved fwd, 3 interleaved back */
 static const rope_kernel *const rope_by_kind[4] = {
     rope_half_fwd, rope_half_back, rope_inter_fwd, rope_inter_back};
@@ -440,7 +447,16 @@ py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
     g.sin_inner = PyArray_STRIDE(s, 3);
     kern = &rope_by_kind[kind][k];
     Py_BEGIN_ALLOW_THREADS
-    pe_rope_grid_run(kern->fn, &g, kern->itemsize);
+    {
+        pe_rope_fn fn = kern->fn;
+        /* half-split f32/f64 with HF-style duplicated tables: the same bits
+         * from half the table loads */
+        if (kind < 2 && k > 0 && pe_rope_tables_duplicated(&g, kern->itemsize))
+            fn = (g.y != g.x && PyArray_NBYTES(y) >= PE_STREAM_MIN_BYTES)
+                     ? rope_dupnt_by_kind[kind][k - 1]
+                     : rope_dup_by_kind[kind][k - 1];
+        pe_rope_grid_run(fn, &g, kern->itemsize);
+    }
     Py_END_ALLOW_THREADS
     Py_INCREF(yo);
     return yo;

@@ -149,6 +149,26 @@ typedef struct pe_rope_grid {
 void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize);
 
 /*
+ * Duplicated-table kernels: half-split RoPE for tables whose rows satisfy
+ * row[i + h] == row[i] (HF's concat(c, c)), reading only the first half;
+ * bit-identical to pe_rope_half_* on such tables.  pe_rope_tables_duplicated
+ * checks a grid's tables bitwise (1 if every row read is duplicated).
+ */
+void pe_rope_dup_fwd_f32(const pe_rope_loop *a);
+void pe_rope_dup_fwd_f64(const pe_rope_loop *a);
+void pe_rope_dup_back_f32(const pe_rope_loop *a);
+void pe_rope_dup_back_f64(const pe_rope_loop *a);
+int pe_rope_tables_duplicated(const pe_rope_grid *g, ptrdiff_t itemsize);
+/* the same with streaming (non-temporal) stores, for large out-of-place y */
+void pe_rope_dupnt_fwd_f32(const pe_rope_loop *a);
+void pe_rope_dupnt_fwd_f64(const pe_rope_loop *a);
+void pe_rope_dupnt_back_f32(const pe_rope_loop *a);
+void pe_rope_dupnt_back_f64(const pe_rope_loop *a);
+
+/* out-of-place outputs at least this large use streaming stores */
+#define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)
+
+/*
  * rotate_half over n vectors of d (even) features, signature (d)->(d):
  *   y[i] = -x[i+h],  y[i+h] = x[i]      (h = d/2)
  * y may be x itself.

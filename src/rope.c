@@ -153,6 +153,132 @@ DEFINE_ROPE_HALFPREC(half, back)
 DEFINE_ROPE_HALFPREC(inter, fwd)
 DEFINE_ROPE_HALFPREC(inter, back)
 
+/*
+ * Half-split kernels for duplicated tables (cos[i + h] == cos[i] and
+ * sin[i + h] == sin[i] for every row, as every HF-convention table has):
+ * the same formula with cb = ca and sb = sa, so the same bits as the
+ * full-width kernel, with 4 loads per pair instead of 6.  The caller
+ * checks the duplication (pe_rope_tables_duplicated); non-contiguous
+ * vectors take the full-width kernel.
+ */
+#define DEFINE_ROPE_DUP(DIR, T, SUF)                                          \
+PE_SIMD_CLONES                                                                \
+void pe_rope_dup_##DIR##_##SUF(const pe_rope_loop *L)                         \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
+    if (L->x_inner != z || L->y_inner != z || L->cos_inner != z ||            \
+        L->sin_inner != z) {                                                  \
+        pe_rope_half_##DIR##_##SUF(L);                                        \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const T *restrict c = (const T *)(const void *)(L->cos + k * L->cos_step); \
+        const T *restrict s = (const T *)(const void *)(L->sin + k * L->sin_step); \
+        if (L->x + k * L->x_step == L->y + k * L->y_step) {                   \
+            T *restrict lo = (T *)(void *)(L->y + k * L->y_step);             \
+            T *restrict hi = lo + h;                                          \
+            for (ptrdiff_t i = 0; i < h; i++) {                               \
+                const T xa = lo[i], xb = hi[i];                               \
+                T ya, yb;                                                     \
+                ROT_##DIR(ya, yb, xa, xb, c[i], c[i], s[i], s[i]);            \
+                lo[i] = ya;                                                   \
+                hi[i] = yb;                                                   \
+            }                                                                 \
+        } else {                                                              \
+            const T *restrict x = (const T *)(const void *)(L->x + k * L->x_step); \
+            T *restrict y = (T *)(void *)(L->y + k * L->y_step);              \
+            for (ptrdiff_t i = 0; i < h; i++) {                               \
+                T ya, yb;                                                     \
+                ROT_##DIR(ya, yb, x[i], x[i + h], c[i], c[i], s[i], s[i]);    \
+                y[i] = ya;                                                    \
+                y[i + h] = yb;                                                \
+            }                                                                 \
+            if (L->d > 2 * h)                                                 \
+                memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T)); \
+        }                                                                     \
+    }                                                                         \
+}
+
+DEFINE_ROPE_DUP(fwd, float, f32)
+DEFINE_ROPE_DUP(fwd, double, f64)
+DEFINE_ROPE_DUP(back, float, f32)
+DEFINE_ROPE_DUP(back, double, f64)
+
+/*
+ * Streaming-store forms of the duplicated-table kernels, for large
+ * out-of-place outputs: a plain store first reads the destination line
+ * (read-for-ownership), so an out-of-place pass moves three streams where
+ * a copy moves two; non-temporal stores skip that read.  SSE2 (baseline on
+ * x86-64) with the same mul/mul/add-or-sub per value as the C loop, so the
+ * same bits.  Vectors that are not 16-byte aligned with h a multiple of the
+ * vector width, and in-place vectors, take the plain kernel.
+ */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+#define NT_fwd_ps(ya, yb, xa, xb, c, s) \
+    do { ya = _mm_sub_ps(_mm_mul_ps(xa, c), _mm_mul_ps(xb, s)); \
+         yb = _mm_add_ps(_mm_mul_ps(xb, c), _mm_mul_ps(xa, s)); } while (0)
+#define NT_back_ps(ya, yb, xa, xb, c, s) \
+    do { ya = _mm_add_ps(_mm_mul_ps(xa, c), _mm_mul_ps(xb, s)); \
+         yb = _mm_sub_ps(_mm_mul_ps(xb, c), _mm_mul_ps(xa, s)); } while (0)
+#define NT_fwd_pd(ya, yb, xa, xb, c, s) \
+    do { ya = _mm_sub_pd(_mm_mul_pd(xa, c), _mm_mul_pd(xb, s)); \
+         yb = _mm_add_pd(_mm_mul_pd(xb, c), _mm_mul_pd(xa, s)); } while (0)
+#define NT_back_pd(ya, yb, xa, xb, c, s) \
+    do { ya = _mm_add_pd(_mm_mul_pd(xa, c), _mm_mul_pd(xb, s)); \
+         yb = _mm_sub_pd(_mm_mul_pd(xb, c), _mm_mul_pd(xa, s)); } while (0)
+
+#define DEFINE_ROPE_DUPNT(DIR, T, SUF, V, W, PS)                              \
+void pe_rope_dupnt_##DIR##_##SUF(const pe_rope_loop *L)                       \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2, z = (ptrdiff_t)sizeof(T);                   \
+    if (L->x_inner != z || L->y_inner != z || L->cos_inner != z ||            \
+        L->sin_inner != z || h % W != 0 || L->x == L->y) {                    \
+        pe_rope_dup_##DIR##_##SUF(L);                                         \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const T *c = (const T *)(const void *)(L->cos + k * L->cos_step);     \
+        const T *s = (const T *)(const void *)(L->sin + k * L->sin_step);     \
+        const T *x = (const T *)(const void *)(L->x + k * L->x_step);         \
+        T *y = (T *)(void *)(L->y + k * L->y_step);                           \
+        if (((uintptr_t)y & 15u) != 0) {                                      \
+            pe_rope_loop one = *L;                                            \
+            one.n = 1;                                                        \
+            one.x = (const char *)x;                                          \
+            one.y = (char *)y;                                                \
+            one.cos = (const char *)c;                                        \
+            one.sin = (const char *)s;                                        \
+            pe_rope_dup_##DIR##_##SUF(&one);                                  \
+            continue;                                                         \
+        }                                                                     \
+        for (ptrdiff_t i = 0; i < h; i += W) {                                \
+            const V xa = _mm_loadu_##PS(x + i), xb = _mm_loadu_##PS(x + i + h);\
+            const V cv = _mm_loadu_##PS(c + i), sv = _mm_loadu_##PS(s + i);   \
+            V ya, yb;                                                         \
+            NT_##DIR##_##PS(ya, yb, xa, xb, cv, sv);                          \
+            _mm_stream_##PS(y + i, ya);                                       \
+            _mm_stream_##PS(y + i + h, yb);                                   \
+        }                                                                     \
+        if (L->d > 2 * h)                                                     \
+            memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T)); \
+    }                                                                         \
+    _mm_sfence();   /* order the streaming stores before the job completes */ \
+}
+
+DEFINE_ROPE_DUPNT(fwd, float, f32, __m128, 4, ps)
+DEFINE_ROPE_DUPNT(back, float, f32, __m128, 4, ps)
+DEFINE_ROPE_DUPNT(fwd, double, f64, __m128d, 2, pd)
+DEFINE_ROPE_DUPNT(back, double, f64, __m128d, 2, pd)
+#else
+void pe_rope_dupnt_fwd_f32(const pe_rope_loop *L) { pe_rope_dup_fwd_f32(L); }
+void pe_rope_dupnt_back_f32(const pe_rope_loop *L) { pe_rope_dup_back_f32(L); }
+void pe_rope_dupnt_fwd_f64(const pe_rope_loop *L) { pe_rope_dup_fwd_f64(L); }
+void pe_rope_dupnt_back_f64(const pe_rope_loop *L) { pe_rope_dup_back_f64(L); }
+#endif
+
 /* ------------------------------------------------------------------ */
 /* rotate_half: y = concat(-x[h:], x[:h])                              */
 /* ------------------------------------------------------------------ */
@@ -301,4 +427,28 @@ void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
     block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, itemsize);
     pe_parallel_for(g->B * job.blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
                     rope_grid_task, &job);
+}
+
+/*
+ * Are the grid's tables duplicated halves (row[i + h] == row[i], bitwise)
+ * in every row the grid reads?  Reads each table row once: 1/(B*H) of the
+ * bytes of x for the usual broadcast tables.
+ */
+int pe_rope_tables_duplicated(const pe_rope_grid *g, ptrdiff_t itemsize)
+{
+    const ptrdiff_t h = g->r / 2;
+    const ptrdiff_t nb = g->cos_b == 0 && g->sin_b == 0 ? 1 : g->B;
+    const ptrdiff_t ns = g->cos_s == 0 && g->sin_s == 0 ? 1 : g->S;
+    if (g->cos_inner != itemsize || g->sin_inner != itemsize || h == 0)
+        return 0;
+    for (ptrdiff_t b = 0; b < nb; b++) {
+        for (ptrdiff_t s = 0; s < ns; s++) {
+            const char *c = g->cos + b * g->cos_b + s * g->cos_s;
+            const char *sn = g->sin + b * g->sin_b + s * g->sin_s;
+            if (memcmp(c, c + h * itemsize, (size_t)(h * itemsize)) != 0 ||
+                memcmp(sn, sn + h * itemsize, (size_t)(h * itemsize)) != 0)
+                return 0;
+        }
+    }
+    return 1;
 }

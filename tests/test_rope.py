@@ -613,3 +613,30 @@ def test_private_table_function_checks_arguments():
         posemb._core._rope_table(pos, inv, 1.0, False, c, ro)
     with pytest.raises(ValueError, match="share memory"):
         posemb._core._rope_table(pos, inv, 1.0, False, c, c)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("variant", ["dup", "random", "partial", "unaligned"])
+def test_large_blocked_paths_equal_gufunc(rng, dtype, backward, variant):
+    """Large arrays take the blocked driver, and with HF-style duplicated
+    tables the half-table kernels (streaming stores when out-of-place): all
+    must give the gufunc's bits."""
+    x = rng.standard_normal((1, 8, 1024, 128)).astype(dtype)       # >= 4 MiB
+    rot = 64 if variant == "partial" else 128
+    cos, sin = posemb.rope_cos_sin(np.arange(1024), rot, dtype=dtype)
+    if variant == "random":
+        cos = rng.standard_normal(cos.shape).astype(dtype)
+        sin = rng.standard_normal(sin.shape).astype(dtype)
+    uf = posemb._core.rope_half_back if backward else posemb._core.rope_half_fwd
+    want = uf(x, cos, sin)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    if variant == "unaligned":
+        buf = np.empty(x.size + 1, dtype)
+        out = buf[1:].reshape(x.shape)            # 4 or 8 bytes off 16-byte alignment
+    else:
+        out = np.empty_like(x)
+    np.testing.assert_array_equal(fn(x, cos, sin, out=out), want)
+    np.testing.assert_array_equal(fn(x, cos, sin), want)
+    xi = x.copy()
+    np.testing.assert_array_equal(fn(xi, cos, sin, out=xi), want)
