@@ -215,14 +215,19 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
 
 
 def _rope_operands(x: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
-    x = _checks.float_operand(x, "x")
-    cos = _checks.float_operand(cos, "cos")
-    sin = _checks.float_operand(sin, "sin")
-    if len(x.shape) == 0:
-        raise ValueError("x must have at least one dimension (features last)")
-    for name, t in (("cos", cos), ("sin", sin)):
-        if len(t.shape) == 0:
-            raise ValueError(f"{name} must have at least one dimension (features last)")
+    # fast path for the common case (a decode step is dominated by this):
+    # three ndarrays of float16/32/64 (any byte order), each with an axis
+    if not (type(x) is np.ndarray and type(cos) is np.ndarray and type(sin) is np.ndarray
+            and x.dtype.char in "efd" and cos.dtype.char in "efd"
+            and sin.dtype.char in "efd" and x.ndim and cos.ndim and sin.ndim):
+        x = _checks.float_operand(x, "x")
+        cos = _checks.float_operand(cos, "cos")
+        sin = _checks.float_operand(sin, "sin")
+        if len(x.shape) == 0:
+            raise ValueError("x must have at least one dimension (features last)")
+        for name, t in (("cos", cos), ("sin", sin)):
+            if len(t.shape) == 0:
+                raise ValueError(f"{name} must have at least one dimension (features last)")
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
