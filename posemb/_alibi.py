@@ -86,7 +86,7 @@ def _slopes(slopes_or_num_heads: Any) -> np.ndarray:
 
 def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
                symmetric: bool = False, query_offset: int | None = None,
-               dtype: Any = np.float32) -> np.ndarray:
+               dtype: Any = np.float32, out: np.ndarray | None = None) -> np.ndarray:
     """ALiBi bias ``(heads, query_length, key_length)`` to add to attention scores.
 
     ``bias[h, i, j] = -m_h * (p_i - j)`` (causal form: combine with a causal
@@ -105,6 +105,10 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     symmetric : bool
     query_offset : int, optional
     dtype : float16, float32 or float64
+    out : numpy.ndarray, optional
+        A C-contiguous ``(heads, query_length, key_length)`` array to write
+        into (reusing a buffer skips allocating and faulting in fresh pages);
+        the result then has ``out``'s dtype and ``dtype`` is not used.
 
     Examples
     --------
@@ -115,6 +119,9 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
            [-0.125 , -0.0625,  0.    ]], dtype=float32)
     >>> posemb.alibi_bias([0.5], 1, 4, symmetric=True)      # decoding the 4th token
     array([[[-1.5, -1. , -0.5,  0. ]]], dtype=float32)
+    >>> buf = np.empty((2, 3, 3), np.float32)
+    >>> posemb.alibi_bias(2, 3, 3, out=buf) is buf
+    True
     """
     slopes = _slopes(slopes_or_num_heads)
     q = _checks.size(query_length, "query_length")
@@ -128,8 +135,19 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
         off = _checks.size(query_offset, "query_offset", minimum=-_MAX_EXTENT)
         if off > _MAX_EXTENT:
             raise ValueError(f"query_offset must be <= 2**52, got {off}")
-    dt = _checks.float_dtype(dtype)
+    shape = (slopes.shape[0], q, k)
+    if out is not None:
+        out = _checks.out_array(out, shape)
+        if out.dtype != np.float16:
+            _core._alibi_bias(slopes, out, off, bool(symmetric))
+            return out
+        dt = out.dtype
+    else:
+        dt = _checks.float_dtype(dtype)
     work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
-    out = np.empty((slopes.shape[0], q, k), dtype=work)
-    _core._alibi_bias(slopes, out, off, bool(symmetric))
-    return out.astype(dt, copy=False)
+    res = np.empty(shape, dtype=work)
+    _core._alibi_bias(slopes, res, off, bool(symmetric))
+    if out is not None:
+        np.copyto(out, res, casting="same_kind")
+        return out
+    return res.astype(dt, copy=False)

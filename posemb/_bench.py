@@ -274,6 +274,7 @@ def _bias_cases(quick: bool) -> list[Case]:
         return -slopes.astype(np.float32)[:, None, None] * (i - j)
 
     shape = f"{heads}x{L}x{L}"
+    buf = np.empty((heads, L, L), np.float32)
     return [
         Case("bias", "t5_relative_bias", shape, lambda: posemb.t5_relative_bias(table, L, L),
              limit=_fresh_fill((heads, L, L)), limit_kind="fill", torch=t_t5,
@@ -281,6 +282,14 @@ def _bias_cases(quick: bool) -> list[Case]:
         Case("bias", "alibi_bias", shape, lambda: posemb.alibi_bias(slopes, L, L),
              limit=_fresh_fill((heads, L, L)), limit_kind="fill", torch=t_alibi,
              numpy=np_alibi, note="torch/numpy: -m_h * (i - j)"),
+        Case("bias", "t5_relative_bias out= (reused)", shape,
+             lambda: posemb.t5_relative_bias(table, L, L, out=buf),
+             limit=lambda: _core._stream("fill", buf), limit_kind="fill", torch=t_t5,
+             note="limit: filling the same reused buffer"),
+        Case("bias", "alibi_bias out= (reused)", shape,
+             lambda: posemb.alibi_bias(slopes, L, L, out=buf),
+             limit=lambda: _core._stream("fill", buf), limit_kind="fill", torch=t_alibi,
+             numpy=np_alibi),
     ]
 
 

@@ -107,3 +107,21 @@ def positions_array(positions: Any, name: str = "positions", *,
             err = IndexError if limit is not None else ValueError
             raise err(f"{name} must be < {bound}, got {hi}")
     return p.astype(np.int64, copy=False)
+
+
+def out_array(out: Any, shape: tuple[int, ...], name: str = "out") -> np.ndarray:
+    """A caller's ``out=`` for a C kernel that writes a whole C-contiguous
+    array: an ndarray of ``shape``, float16/32/64 in native byte order,
+    writeable, C-contiguous and aligned."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {out.shape}")
+    if out.dtype.kind != "f" or out.dtype.itemsize not in (2, 4, 8) or not out.dtype.isnative:
+        raise TypeError(f"{name} must be float16, float32 or float64 in native byte order, "
+                        f"got {out.dtype}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    if not (out.flags.c_contiguous and out.flags.aligned):
+        raise ValueError(f"{name} must be C-contiguous and aligned")
+    return out

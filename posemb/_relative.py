@@ -122,7 +122,8 @@ def t5_relative_position_bucket(relative_position: Any, *, bidirectional: bool =
 
 def t5_relative_bias(table: Any, query_length: int, key_length: int, *,
                      bidirectional: bool = True, num_buckets: int = 32,
-                     max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
+                     max_distance: int = 128, query_offset: int = 0,
+                     out: np.ndarray | None = None) -> np.ndarray:
     """T5's relative attention bias, ``(heads, query_length, key_length)``.
 
     ``bias[h, i, j] = table[bucket(j - (query_offset + i)), h]`` -- HF's
@@ -139,11 +140,14 @@ def t5_relative_bias(table: Any, query_length: int, key_length: int, *,
         As :func:`t5_relative_position_bucket`.
     query_offset : int
         Position of the first query (HF's cache position when decoding).
+    out : numpy.ndarray, optional
+        A C-contiguous ``(heads, query_length, key_length)`` array to write
+        into (the table is cast to its dtype; it must not overlap ``table``).
 
     Returns
     -------
     numpy.ndarray
-        Same dtype as ``table``.
+        Same dtype as ``table`` (or ``out``).
 
     Examples
     --------
@@ -165,7 +169,12 @@ def t5_relative_bias(table: Any, query_length: int, key_length: int, *,
     q = _length(query_length, "query_length")
     k = _length(key_length, "key_length")
     off = _offset(query_offset, "query_offset")
-    out = np.empty((table.shape[1], q, k), dtype=table.dtype)
+    shape = (table.shape[1], q, k)
+    if out is None:
+        out = np.empty(shape, dtype=table.dtype)
+    else:
+        out = _checks.out_array(out, shape)
+        table = table.astype(out.dtype, copy=False)
     _core._t5_bias(table, out, bidirectional, md, off)
     return out
 

@@ -145,3 +145,23 @@ def test_core_function_checks_before_writing():
     buf = np.zeros(10)
     with pytest.raises(ValueError, match="share memory"):
         _core._alibi_bias(buf[:2], buf[:8].reshape(2, 2, 2), 0, False)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_alibi_out(dtype):
+    want = posemb.alibi_bias(4, 5, 7, dtype=dtype)
+    out = np.full((4, 5, 7), np.nan, dtype)
+    assert posemb.alibi_bias(4, 5, 7, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="out"):
+        posemb.alibi_bias(4, 5, 7, out=np.empty((4, 5, 6), dtype))
+    with pytest.raises(ValueError, match="out"):
+        posemb.alibi_bias(4, 5, 7, out=np.empty((4, 7, 5), dtype).transpose(0, 2, 1))
+    ro = np.empty((4, 5, 7), dtype)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out"):
+        posemb.alibi_bias(4, 5, 7, out=ro)
+    with pytest.raises(TypeError, match="out"):
+        posemb.alibi_bias(4, 5, 7, out=np.empty((4, 5, 7), np.int32))
+    with pytest.raises(TypeError, match="out"):
+        posemb.alibi_bias(4, 5, 7, out=[[0.0]])

@@ -327,3 +327,19 @@ def test_core_functions_check_before_writing():
         _core._shaw_index(np.zeros((3, 3), np.int64), -1)
     with pytest.raises(TypeError, match="out"):
         _core._shaw_index(np.zeros((3, 3), np.int32), 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_t5_bias_out(dtype):
+    table = np.random.default_rng(0).standard_normal((32, 3)).astype(np.float32)
+    want = posemb.t5_relative_bias(table.astype(dtype), 6, 9, query_offset=2)
+    out = np.full((3, 6, 9), np.nan, dtype)
+    assert posemb.t5_relative_bias(table, 6, 9, query_offset=2, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="out"):
+        posemb.t5_relative_bias(table, 6, 9, out=np.empty((3, 6, 8), dtype))
+    with pytest.raises(TypeError, match="out"):
+        posemb.t5_relative_bias(table, 6, 9, out=np.empty((3, 6, 9), np.int64))
+    t = np.zeros((32 * 3 + 3 * 6 * 9,), np.float32)
+    with pytest.raises(ValueError, match="out"):   # out overlapping the table
+        posemb.t5_relative_bias(t[:96].reshape(32, 3), 6, 9, out=t[:162].reshape(3, 6, 9))
