@@ -119,6 +119,9 @@ def _rope_cases(quick: bool) -> list[Case]:
     cases.append(Case("rope", "decode step apply_rope(q)", "1x32x1x128",
                       lambda: posemb.apply_rope(q, cr, sr), per_call=True, calls=2000,
                       note="torch column: the formula on q and k"))
+    cases.append(Case("rope", "decode step RoPE(q, offset=)", "1x32x1x128",
+                      lambda: rope(q, offset=1000), per_call=True, calls=2000,
+                      note="the cached module: table rows looked up per call"))
     cases.append(Case("rope", "decode step q and k", "1x32x1x128 + 1x8x1x128",
                       lambda: (posemb.apply_rope(q, cr, sr), posemb.apply_rope(k, cr, sr)),
                       torch=t_dec, per_call=True, calls=1000))

@@ -519,6 +519,9 @@ class RoPE:
         self.interleaved = bool(interleaved)
         self.dtype = _checks.float_dtype(dtype)
         self.scaling = normalize_scaling(scaling)
+        # frequencies that do not depend on the sequence length (see
+        # frequency_regime: only longrope and dynamic NTK switch)
+        self._plain_frequencies = self.scaling["rope_type"] not in ("longrope", "dynamic")
         self.max_position_embeddings = (
             None if max_position_embeddings is None
             else _checks.size(max_position_embeddings, "max_position_embeddings", minimum=1))
@@ -662,6 +665,13 @@ class RoPE:
             raise ValueError(
                 f"{name}'s last axis must be head_size={self.head_size}, got shape {shape}")
         dt = np.dtype(x.dtype)
+        if (positions is None and type(offset) is int and offset >= 0 and len(shape) >= 2
+                and self._plain_frequencies):
+            # fast path (a decode step): rows offset .. offset+seq of the cache
+            stop = offset + shape[-2]
+            tables = self._cache.get((dt, None))
+            if tables is not None and tables[0].shape[0] >= stop:
+                return tables[0][offset:stop], tables[1][offset:stop]
         if positions is None:
             if len(shape) < 2:
                 raise ValueError(
