@@ -9,7 +9,8 @@
  *     or a nested call) runs its whole range serially instead of waiting;
  *   - fork: pthread_atfork waits for any job in flight and the child starts
  *     with a fresh, empty pool (worker threads do not survive fork);
- *   - set_num_threads takes the job lock, so it never changes a running job.
+ *   - the thread count is an atomic read once per job, so set_num_threads
+ *     never changes a running job and never waits for one.
  * Workers sleep on a condition variable between jobs and never touch Python.
  * Without POSIX threads (e.g. MSVC) everything runs serially.
  */
@@ -42,7 +43,7 @@ static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;  /* one job */
 static pthread_mutex_t state_mx = PTHREAD_MUTEX_INITIALIZER;  /* below */
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
-static int num_threads = 0;          /* 0: not set yet, use the CPU count */
+static atomic_int num_threads;       /* 0: not set yet, use the CPU count */
 static int num_workers = 0;          /* worker threads started */
 static atomic_ulong generation;      /* bumped for every job */
 static atomic_int pending;           /* workers still on the current job */
@@ -124,27 +125,27 @@ static void install_atfork(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
+/* Lock-free, so callable from anywhere (even inside a task): a job reads
+ * the count once when it starts and keeps it to the end. */
 int pe_set_num_threads(int n)
 {
-    pthread_once(&atfork_once, install_atfork);
     if (n < 1)
         n = 1;
     if (n > PE_MAX_THREADS)
         n = PE_MAX_THREADS;
-    pthread_mutex_lock(&job_lock);
-    num_threads = n;
-    pthread_mutex_unlock(&job_lock);
+    atomic_store(&num_threads, n);
     return n;
 }
 
 int pe_get_num_threads(void)
 {
-    int n;
-    pthread_mutex_lock(&job_lock);
-    if (num_threads == 0)
-        num_threads = default_threads();
-    n = num_threads;
-    pthread_mutex_unlock(&job_lock);
+    int n = atomic_load(&num_threads);
+    if (n == 0) {
+        int expected = 0;
+        n = default_threads();
+        if (!atomic_compare_exchange_strong(&num_threads, &expected, n))
+            n = expected;       /* another thread set it first */
+    }
     return n;
 }
 
@@ -187,9 +188,7 @@ void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
         return;
     }
     pthread_once(&atfork_once, install_atfork);
-    if (num_threads == 0)
-        num_threads = default_threads();
-    parts = num_threads;
+    parts = pe_get_num_threads();
     if ((ptrdiff_t)parts > max_parts)
         parts = (int)max_parts;
     if (parts > 1) {
