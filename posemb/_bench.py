@@ -92,12 +92,12 @@ def _rope_cases(quick: bool) -> list[Case]:
 
         label = "x".join(map(str, shape))
         cases.append(Case("rope", "apply_rope in place", label,
-                          lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),
-                          limit=lambda xi=xi: _core._stream("scale", xi), limit_kind="scale",
+                          lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),  # type: ignore[misc]
+                          limit=lambda xi=xi: _core._stream("scale", xi), limit_kind="scale",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
         cases.append(Case("rope", "apply_rope out=", label,
-                          lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),
-                          limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",
+                          lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),  # type: ignore[misc]
+                          limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
     # decode step: one new token per head, table row from the cache
     q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)

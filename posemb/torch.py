@@ -499,8 +499,8 @@ class _T5Bias(torch.autograd.Function):
     def forward(ctx: Any, table: torch.Tensor, q: int, k: int, bidirectional: bool,
                 max_distance: int, offset: int) -> torch.Tensor:
         work = _work_dtype(table.dtype)
-        kw = dict(bidirectional=bidirectional, num_buckets=table.shape[0],
-                  max_distance=max_distance, query_offset=offset)
+        kw: dict[str, Any] = dict(bidirectional=bidirectional, num_buckets=table.shape[0],
+                                  max_distance=max_distance, query_offset=offset)
         bias = posemb.t5_relative_bias(_view(table, work), q, k, **kw)
         ctx.kw = dict(kw, query_length=q, key_length=k)
         ctx.dtypes = (table.dtype, work)
