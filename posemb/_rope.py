@@ -471,6 +471,8 @@ class RoPE:
     max_position_embeddings : int, optional
         The model's context length, for the scaling types that need it.
 
+    Notes
+    -----
     ``rope(x, positions=None, *, offset=0, out=None)`` rotates ``x`` of shape
     ``(..., seq, head_size)`` -- the Julia ``(head_size, seq_len, nheads*batch)``
     in row-major order -- at positions ``offset .. offset+seq-1``, or at
