@@ -33,6 +33,19 @@ import posemb
 __all__ = ["sinusoidal", "rope_frequencies", "bias"]
 
 
+class _Figure(Figure):
+    """A Figure that a notebook shows as a PNG with no ``%matplotlib`` setup:
+    figures made without pyplot get no display hook from the inline backend
+    until pyplot is imported."""
+
+    def _repr_png_(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", bbox_inches="tight")
+        return buf.getvalue()
+
+
 def sinusoidal(seq_len: int = 100, dim: int = 128, *, base: float = 10000.0,
                layout: str = "interleaved", start: int = 0,
                figsize: tuple[float, float] = (7.0, 3.6), cmap: str = "RdBu_r") -> Figure:
@@ -69,7 +82,7 @@ def sinusoidal(seq_len: int = 100, dim: int = 128, *, base: float = 10000.0,
     """
     table = posemb.sinusoidal(seq_len, dim, base=base, start=start, layout=layout,
                               dtype=np.float64)
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = _Figure(figsize=figsize, layout="constrained")
     ax = fig.add_subplot()
     im = ax.imshow(table, aspect="auto", cmap=cmap, vmin=-1.0, vmax=1.0,
                    interpolation="nearest",
@@ -128,7 +141,7 @@ def rope_frequencies(dim: int = 128, seq_len: int = 512, *, base: float = 10000.
         dim, base, scaling, max_position_embeddings=max_position_embeddings, seq_len=seq_len)
     seq_len = posemb._checks.size(seq_len, "seq_len")
     angle = np.outer(np.arange(seq_len, dtype=np.float64), inv)
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = _Figure(figsize=figsize, layout="constrained")
     ax_map, ax_wl = fig.subplots(1, 2, width_ratios=(1.25, 1.0))
     im = ax_map.imshow(np.cos(angle), aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0,
                        interpolation="nearest",
@@ -241,7 +254,7 @@ def bias(values: Any, *, title: str | None = None, max_heads: int = 4,
         lo, hi = lo - 0.5, hi + 0.5
     n = len(panels)
     bar = 0.9 if floats and shared_scale else 0.6 * len(floats)
-    fig = Figure(figsize=(panel_size * n + bar + 0.2, panel_size + 0.6), layout="constrained")
+    fig = _Figure(figsize=(panel_size * n + bar + 0.2, panel_size + 0.6), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
     scale = colors.Normalize(lo, hi)
     float_cmap = matplotlib.colormaps[cmap or "viridis"].with_extremes(bad="0.85")

@@ -86,3 +86,9 @@ def test_readme_image_script(tmp_path):
             with Image.open(path) as img:
                 assert img.size[0] >= 300 and img.size[1] >= 200
 
+
+
+def test_notebooks_show_the_figures_as_png():
+    # no %matplotlib and no pyplot: IPython calls _repr_png_
+    png = posemb.plot.bias(posemb.causal_mask(4))._repr_png_()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
