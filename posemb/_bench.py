@@ -92,12 +92,12 @@ def _rope_cases(quick: bool) -> list[Case]:
 
         label = "x".join(map(str, shape))
         cases.append(Case("rope", "apply_rope in place", label,
-                          lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),
-                          limit=lambda xi=xi: _core._stream("scale", xi), limit_kind="scale",
+                          lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),  # type: ignore[misc]
+                          limit=lambda xi=xi: _core._stream("scale", xi), limit_kind="scale",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
         cases.append(Case("rope", "apply_rope out=", label,
-                          lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),
-                          limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",
+                          lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),  # type: ignore[misc]
+                          limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
     # decode step: one new token per head, table row from the cache
     q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)
@@ -296,11 +296,75 @@ def _bias_cases(quick: bool) -> list[Case]:
     ]
 
 
+# ---------------------------------------------------------------- torch adapter
+
+
+def _torch_cases(quick: bool) -> list[Case]:
+    """posemb.torch forward + backward against the PyTorch formulas' autograd."""
+    torch = _torch()
+    if torch is None:
+        return []
+    import posemb.torch as pt
+
+    rows = []
+    b, hq, hk, s, d = (1, 32, 8, 1024, 128) if quick else (1, 32, 8, 4096, 128)
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(b, hq, s, d, generator=gen, requires_grad=True)
+    k = torch.randn(b, hk, s, d, generator=gen, requires_grad=True)
+    gq, gk = torch.randn(b, hq, s, d, generator=gen), torch.randn(b, hk, s, d, generator=gen)
+    cos, sin = pt.RotaryEmbedding(dim=d, max_position_embeddings=s)(q, torch.arange(s)[None])
+
+    def rh(x: Any) -> Any:
+        return torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1)
+
+    def rope_posemb() -> Any:
+        qe, ke = pt.apply_rotary_pos_emb(q, k, cos, sin)
+        torch.autograd.backward((qe, ke), (gq, gk))
+
+    def rope_torch() -> Any:
+        c, s_ = cos.unsqueeze(1), sin.unsqueeze(1)
+        torch.autograd.backward((q * c + rh(q) * s_, k * c + rh(k) * s_), (gq, gk))
+
+    rows.append(Case("torch", "apply_rotary_pos_emb fwd+bwd", f"{b}x{hq}|{hk}x{s}x{d}",
+                     rope_posemb, torch=rope_torch,
+                     note="torch: HF x*cos + rotate_half(x)*sin, autograd"))
+
+    bs, seq, width, m = (4, 1024, 768, 2048) if quick else (8, 2048, 768, 2048)
+    pe = pt.LearnedPositionalEmbedding(m, width)
+    emb = torch.nn.Embedding(m, width)
+    with torch.no_grad():
+        emb.weight.copy_(pe.weight)
+    x = torch.randn(bs, seq, width, generator=gen, requires_grad=True)
+    gy = torch.randn(bs, seq, width, generator=gen)
+    pos = torch.arange(seq)
+
+    rows.append(Case("torch", "LearnedPositionalEmbedding fwd+bwd", f"{bs}x{seq}x{width}",
+                     lambda: pe(x).backward(gy),
+                     torch=lambda: (x + emb(pos)).backward(gy),
+                     note="torch: x + nn.Embedding(positions)"))
+
+    heads, L = (12, 512) if quick else (12, 1024)
+    table = torch.nn.Parameter(torch.randn(32, heads, generator=gen))
+    gb = torch.randn(heads, L, L, generator=gen)
+
+    def t5_torch() -> Any:
+        ctx = torch.arange(L, dtype=torch.long)[:, None]
+        mem = torch.arange(L, dtype=torch.long)[None, :]
+        bucket = _hf_t5_bucket(torch, mem - ctx)
+        torch.nn.functional.embedding(bucket, table).permute([2, 0, 1]).backward(gb)
+
+    rows.append(Case("torch", "t5_relative_bias fwd+bwd", f"{heads}x{L}x{L}",
+                     lambda: pt.t5_relative_bias(table, L, L).backward(gb), torch=t5_torch,
+                     note="torch: HF compute_bias, autograd to the table"))
+    return rows
+
+
 FAMILIES: dict[str, Callable[[bool], list[Case]]] = {
     "rope": _rope_cases,
     "sinusoidal": _sinusoidal_cases,
     "learned": _learned_cases,
     "bias": _bias_cases,
+    "torch": _torch_cases,
 }
 
 

@@ -43,7 +43,7 @@ def _kind(interleaved: bool, backward: bool) -> int:
     return 2 * bool(interleaved) + bool(backward)
 
 
-def _grid_views(x: np.ndarray, cos: np.ndarray):
+def _grid_views(x: np.ndarray, cos: np.ndarray) -> tuple[Any, Any] | None:
     """How to see x as (B, H, S, d) with tables (B|1, 1, S|1, r), or None.
 
     Returns a function mapping arrays shaped like x (x itself, out) to the
@@ -476,6 +476,8 @@ class RoPE:
     max_position_embeddings : int, optional
         The model's context length, for the scaling types that need it.
 
+    Notes
+    -----
     ``rope(x, positions=None, *, offset=0, out=None)`` rotates ``x`` of shape
     ``(..., seq, head_size)`` -- the Julia ``(head_size, seq_len, nheads*batch)``
     in row-major order -- at positions ``offset .. offset+seq-1``, or at
@@ -745,7 +747,7 @@ class RoPE:
                 if not t.flags.writeable:
                     raise ValueError(f"inplace=True needs {name} to be writeable")
             try:
-                shared = np.shares_memory(q, k, max_work=10**6)
+                shared = np.shares_memory(q, k, max_work=10**6)  # type: ignore[arg-type]
             except np.exceptions.TooHardError:
                 shared = True
             if shared:

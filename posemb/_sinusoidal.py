@@ -169,6 +169,8 @@ class AbsolutePE:
     dtype : float16, float32 or float64
         dtype of :attr:`embeddings`.
 
+    Notes
+    -----
     ``pe(x, *, start=0, out=None, seq_axis=-2, feature_axis=-1)`` returns
     ``x`` plus the rows ``start .. start+seq-1`` of the table, added along
     ``seq_axis`` and ``feature_axis`` and broadcast over the other axes.  The

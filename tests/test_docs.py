@@ -15,9 +15,12 @@ def test_readme_python_blocks_run():
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks, "README has no python example"
+    spaces = []
     for block in blocks:
         ns: dict = {}
         exec(compile(block, "README.md", "exec"), ns)
+        spaces.append(ns)
+    ns = next(ns for ns in spaces if "q_rot" in ns)
     # the example's values are the rotation it claims (positions 0..1023)
     q = np.random.default_rng(0).standard_normal((8, 32, 1024, 128), dtype=np.float32)
     cos, sin = posemb.rope_cos_sin(np.arange(1024), 128)
@@ -25,7 +28,8 @@ def test_readme_python_blocks_run():
 
 
 MODULES = sorted({getattr(posemb, name).__module__ for name in posemb.__all__
-                  if hasattr(getattr(posemb, name), "__module__")} | {"posemb"})
+                  if hasattr(getattr(posemb, name), "__module__")}
+                 | {"posemb", "posemb.torch", "posemb.plot"})
 
 
 @pytest.mark.parametrize("modname", MODULES)
@@ -42,3 +46,8 @@ def test_every_public_name_has_an_example():
             continue
         doc = getattr(posemb, name).__doc__ or ""
         assert ">>>" in doc, f"posemb.{name} has no runnable example"
+    import importlib
+    for mod in map(importlib.import_module, ("posemb.torch", "posemb.plot")):
+        for name in mod.__all__:
+            doc = getattr(mod, name).__doc__ or ""
+            assert ">>>" in doc, f"{mod.__name__}.{name} has no runnable example"

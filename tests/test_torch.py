@@ -1,0 +1,452 @@
+"""posemb.torch against pure-PyTorch formulas (REFERENCE.md), forward and backward.
+
+References written here, in PyTorch: HF ``rotate_half``/``apply_rotary_pos_emb``
+and ``LlamaRotaryEmbedding``; the GPT-J interleaved rotation; ``x + nn.Embedding``;
+HF ``T5Attention.compute_bias``; ALiBi ``-m_h * (i - j)``.
+"""
+import copy
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import posemb
+import posemb.torch as pt
+
+# ---------------------------------------------------------------- references
+
+
+def hf_rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def hf_apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (hf_rotate_half(q) * sin), (k * cos) + (hf_rotate_half(k) * sin)
+
+
+def partial_rope(x, cos, sin, interleaved=False):
+    """Rotate the first r = cos.shape[-1] features, pass the rest (GPT-NeoX)."""
+    r = cos.shape[-1]
+    xr, xp = x[..., :r], x[..., r:]
+    if interleaved:
+        pairs = xr.unflatten(-1, (-1, 2))
+        rot = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+    else:
+        rot = hf_rotate_half(xr)
+    return torch.cat((xr * cos + rot * sin, xp), dim=-1)
+
+
+def hf_cos_sin(position_ids, dim, base=10000.0, dtype=torch.float64):
+    """LlamaRotaryEmbedding's formula, evaluated in float64."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = position_ids.to(torch.float64)[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def hf_t5_bucket(rp, bidirectional=True, num_buckets=32, max_distance=128):
+    ret = 0
+    if bidirectional:
+        num_buckets //= 2
+        ret += (rp > 0).to(torch.long) * num_buckets
+        rp = torch.abs(rp)
+    else:
+        rp = -torch.min(rp, torch.zeros_like(rp))
+    max_exact = num_buckets // 2
+    is_small = rp < max_exact
+    large = max_exact + (torch.log(rp.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (num_buckets - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return ret + torch.where(is_small, rp, large)
+
+
+def hf_compute_bias(weight, q, k, bidirectional=True, max_distance=128, offset=0):
+    ctx = torch.arange(q, dtype=torch.long)[:, None] + offset
+    mem = torch.arange(k, dtype=torch.long)[None, :]
+    bucket = hf_t5_bucket(mem - ctx, bidirectional, weight.shape[0], max_distance)
+    return F.embedding(bucket, weight).permute([2, 0, 1])
+
+
+def alibi_formula(slopes, q, k, symmetric=False, offset=None):
+    off = k - q if offset is None else offset
+    d = (torch.arange(q, dtype=slopes.dtype)[:, None] + off) - torch.arange(k, dtype=slopes.dtype)
+    if symmetric:
+        d = d.abs()
+    return -slopes[:, None, None] * d
+
+
+def grads(outputs, inputs, seed=0):
+    """Gradients of sum(out * g) for fixed random g."""
+    gen = torch.Generator().manual_seed(seed)
+    outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    gs = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype) for o in outs]
+    return torch.autograd.grad(outs, inputs, gs)
+
+
+def rand(*shape, dtype=torch.float32, seed=0, requires_grad=False):
+    gen = torch.Generator().manual_seed(seed)
+    t = torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+    return t.requires_grad_(requires_grad)
+
+
+# ---------------------------------------------------------------- import
+
+
+def test_import_posemb_does_not_import_torch():
+    code = ("import sys, posemb; assert 'torch' not in sys.modules, 'torch'; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib'; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- gradcheck (float64)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rotary", [8, 6])
+def test_gradcheck_apply_rope(interleaved, rotary):
+    x = rand(2, 3, 5, 8, dtype=torch.float64, requires_grad=True)
+    cos = rand(5, rotary, dtype=torch.float64, seed=1, requires_grad=True)
+    sin = rand(1, 5, rotary, dtype=torch.float64, seed=2, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, c, s: pt.apply_rope(x, c, s, interleaved=interleaved), (x, cos, sin))
+
+
+def test_gradcheck_apply_rope_broadcast_x():
+    # x broadcast against tables with more leading axes: gradient summed back
+    x = rand(5, 8, dtype=torch.float64, requires_grad=True)
+    cos = rand(3, 5, 8, dtype=torch.float64, seed=1)
+    sin = rand(3, 5, 8, dtype=torch.float64, seed=2)
+    assert torch.autograd.gradcheck(lambda x: pt.apply_rope(x, cos, sin), (x,))
+
+
+def test_gradcheck_apply_rotary_pos_emb():
+    q = rand(2, 4, 5, 8, dtype=torch.float64, requires_grad=True)
+    k = rand(2, 2, 5, 8, dtype=torch.float64, seed=1, requires_grad=True)
+    cos, sin = hf_cos_sin(torch.arange(5)[None].expand(2, 5), 8)
+    assert torch.autograd.gradcheck(
+        lambda q, k: pt.apply_rotary_pos_emb(q, k, cos, sin), (q, k))
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_gradcheck_t5(bidirectional):
+    table = rand(16, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda t: pt.t5_relative_bias(t, 5, 7, bidirectional=bidirectional, max_distance=20,
+                                      query_offset=2), (table,))
+
+
+def test_gradcheck_learned():
+    pe = pt.LearnedPositionalEmbedding(6, 4, dtype=torch.float64, std=1.0)
+    x = rand(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    pos = torch.tensor([[0, 5, 5], [2, 2, 2]])
+    assert torch.autograd.gradcheck(lambda x, w: pt._LearnedPE.apply(x, w, pos.numpy(), 0),
+                                    (x, pe.weight))
+    assert torch.autograd.gradcheck(lambda x, w: pt._LearnedPE.apply(x, w, None, 2),
+                                    (x, pe.weight))
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_gradcheck_alibi(symmetric):
+    slopes = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda m: pt.alibi_bias(m, 4, 6, symmetric=symmetric), (slopes,))
+    assert torch.autograd.gradcheck(
+        lambda m: pt.alibi_bias(m, 3, 3, query_offset=5), (slopes,))
+
+
+# ---------------------------------------------------------------- equal to the PyTorch formulas
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_apply_rotary_pos_emb_matches_hf(dtype):
+    q = rand(2, 8, 16, 64, dtype=dtype, requires_grad=True)
+    k = rand(2, 2, 16, 64, dtype=dtype, seed=1, requires_grad=True)
+    pos = torch.tensor([list(range(16)), list(range(100, 116))])
+    cos, sin = pt.RotaryEmbedding(dim=64)(q, pos)
+    got = pt.apply_rotary_pos_emb(q, k, cos, sin)
+    want = hf_apply_rotary_pos_emb(q, k, cos, sin)
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        assert torch.equal(g, w)                      # same tables: bit for bit
+    for g, w in zip(grads(got, (q, k)), grads(want, (q, k))):
+        torch.testing.assert_close(g, w, rtol=0, atol=4 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_apply_rope_partial_and_table_grads_match(interleaved):
+    x = rand(3, 7, 10, dtype=torch.float64, requires_grad=True)
+    cos = rand(7, 6, dtype=torch.float64, seed=1, requires_grad=True)
+    sin = rand(7, 6, dtype=torch.float64, seed=2, requires_grad=True)
+    got = pt.apply_rope(x, cos, sin, interleaved=interleaved)
+    want = partial_rope(x, cos, sin, interleaved)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15)
+    for g, w in zip(grads(got, (x, cos, sin)), grads(want, (x, cos, sin))):
+        torch.testing.assert_close(g, w, rtol=1e-13, atol=1e-13)
+
+
+def test_rotary_embedding_matches_hf_formula():
+    rotary = pt.RotaryEmbedding(dim=32, max_position_embeddings=64, base=500.0)
+    pos = torch.tensor([[0, 1, 2, 63, 64, 1000]])
+    for dtype in (torch.float32, torch.float64):
+        cos, sin = rotary(torch.ones(1, dtype=dtype), pos)
+        wc, ws = hf_cos_sin(pos, 32, base=500.0, dtype=dtype)
+        assert cos.dtype == sin.dtype == dtype and cos.shape == (1, 6, 32)
+        # float64: the reference's own angle rounding (~p * 1e-16) dominates
+        atol = 2 * torch.finfo(dtype).eps if dtype == torch.float32 else 1e-13
+        torch.testing.assert_close(cos, wc, rtol=0, atol=atol)
+        torch.testing.assert_close(sin, ws, rtol=0, atol=atol)
+    assert rotary.inv_freq.dtype == torch.float32 and rotary.inv_freq.shape == (16,)
+    assert rotary.attention_scaling == 1.0 and rotary.rope_type == "default"
+    assert rotary.state_dict() == {}                 # inv_freq is not persistent, as in HF
+
+
+def test_rotary_embedding_from_config_scaling():
+    config = {"hidden_size": 512, "num_attention_heads": 4, "rope_theta": 1e6,
+              "max_position_embeddings": 131072,
+              "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                               "original_max_position_embeddings": 32768}}
+    rotary = pt.RotaryEmbedding(config)
+    ref = posemb.rope_config(config)
+    pos = np.array([[0, 5, 40000]])
+    cos, sin = rotary(torch.zeros(1), torch.from_numpy(pos))
+    rc, rs = ref.cos_sin(pos)
+    assert np.array_equal(cos.numpy(), rc) and np.array_equal(sin.numpy(), rs)
+    assert rotary.attention_scaling == pytest.approx(0.1 * math.log(4.0) + 1)
+    assert rotary.rope_type == "yarn"
+    # a transformers-like config object (to_dict) works the same
+    class Config:
+        def to_dict(self):
+            return config
+    cos2, _ = pt.RotaryEmbedding(Config())(torch.zeros(1), torch.from_numpy(pos))
+    assert torch.equal(cos, cos2)
+    # and the scaling dict given directly
+    rot3 = pt.RotaryEmbedding(dim=128, base=1e6, max_position_embeddings=131072,
+                              scaling=config["rope_scaling"])
+    assert torch.equal(rot3(torch.zeros(1), torch.from_numpy(pos))[0], cos)
+
+
+def test_rotary_embedding_interleaved_tables():
+    rotary = pt.RotaryEmbedding(dim=8, interleaved=True)
+    cos, sin = rotary(torch.zeros(1, dtype=torch.float64), torch.arange(4)[None])
+    assert torch.equal(cos[..., 0::2], cos[..., 1::2])
+    x = rand(1, 4, 8, dtype=torch.float64)
+    torch.testing.assert_close(pt.apply_rope(x, cos, sin, interleaved=True),
+                               partial_rope(x, cos, sin, interleaved=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_learned_matches_embedding(dtype):
+    torch.manual_seed(0)
+    pe = pt.LearnedPositionalEmbedding(32, 16, dtype=dtype, std=1.0)
+    emb = torch.nn.Embedding(32, 16, dtype=dtype)
+    with torch.no_grad():
+        emb.weight.copy_(pe.weight)
+    x = rand(4, 10, 16, dtype=dtype, requires_grad=True)
+    pos = torch.randint(0, 32, (4, 10), generator=torch.Generator().manual_seed(1))
+    for kwargs, p in (({"positions": pos}, pos), ({"offset": 7}, torch.arange(7, 17))):
+        got = pe(x, **kwargs)
+        want = x + emb(p)
+        assert torch.equal(got, want)
+        g_got = grads(got, (x, pe.weight))
+        g_want = grads(want, (x, emb.weight))
+        assert torch.equal(g_got[0], g_want[0])
+        assert torch.equal(g_got[1], g_want[1])       # token-order sums, as Embedding
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_matches_hf(bidirectional):
+    weight = rand(32, 6, requires_grad=True)
+    for q, k, off in ((20, 20, 0), (1, 300, 299), (7, 200, 3)):
+        got = pt.t5_relative_bias(weight, q, k, bidirectional=bidirectional, query_offset=off)
+        want = hf_compute_bias(weight, q, k, bidirectional, offset=off)
+        assert torch.equal(got, want)
+        (g_got,) = grads(got, (weight,))
+        (g_want,) = grads(want, (weight,))
+        torch.testing.assert_close(g_got, g_want, rtol=1e-5, atol=1e-4)
+
+
+def test_alibi_matches_formula():
+    slopes = torch.from_numpy(posemb.alibi_slopes(8)).requires_grad_(True)
+    for sym in (False, True):
+        got = pt.alibi_bias(slopes, 5, 9, symmetric=sym)
+        want = alibi_formula(slopes, 5, 9, sym)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(grads(got, (slopes,))[0], grads(want, (slopes,))[0])
+    b = pt.alibi_bias(8, 5, 9)
+    assert b.dtype == torch.float32 and not b.requires_grad
+    torch.testing.assert_close(b, alibi_formula(slopes.detach(), 5, 9).float())
+
+
+def test_sinusoidal_tensor():
+    pe = pt.sinusoidal(50, 16, dtype=torch.float64)
+    assert np.array_equal(pe.numpy(), posemb.sinusoidal(50, 16, dtype=np.float64))
+    assert pt.sinusoidal(4, 6, dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------- memory, strides, dtypes
+
+
+def test_kernels_see_views_and_results_are_not_copied(monkeypatch):
+    seen = {}
+    real = posemb.apply_rope
+
+    def spy(x, cos, sin, **kw):
+        seen["args"] = (x, cos, sin)
+        seen["out"] = real(x, cos, sin, **kw)
+        return seen["out"]
+
+    monkeypatch.setattr(posemb, "apply_rope", spy)
+    x = rand(2, 6, 8)
+    cos, sin = hf_cos_sin(torch.arange(6), 8, dtype=torch.float32)
+    y = pt.apply_rope(x, cos, sin)
+    for a, t in zip(seen["args"], (x, cos, sin)):
+        assert a.ctypes.data == t.data_ptr()          # NumPy views of the tensors
+    assert y.data_ptr() == seen["out"].ctypes.data    # the tensor is the kernel's output
+
+
+def test_strided_inputs():
+    q = rand(2, 16, 4, 8, requires_grad=True)         # (batch, seq, heads, dim)
+    qt = q.transpose(1, 2)                            # (batch, heads, seq, dim): strided
+    assert not qt.is_contiguous()
+    cos, sin = hf_cos_sin(torch.arange(16)[None].expand(2, 16), 8, dtype=torch.float32)
+    got, _ = pt.apply_rotary_pos_emb(qt, qt, cos, sin)
+    want, _ = hf_apply_rotary_pos_emb(qt, qt, cos, sin)
+    assert torch.equal(got, want)
+    # the tables broadcast with stride 0 as well (expand, no copy)
+    x = rand(3, 16, 8)
+    c1, s1 = hf_cos_sin(torch.arange(16), 8, dtype=torch.float32)
+    assert torch.equal(pt.apply_rope(x, c1.expand(3, 16, 8), s1.expand(3, 16, 8)),
+                       partial_rope(x, c1, s1))
+    (g1,) = grads(pt.apply_rope(qt, cos[:, None], sin[:, None]), (q,))
+    (g2,) = grads(partial_rope(qt, cos[:, None], sin[:, None]), (q,))
+    torch.testing.assert_close(g1, g2, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes(dtype):
+    q = rand(1, 2, 12, 16, dtype=dtype, requires_grad=True)
+    rotary = pt.RotaryEmbedding(dim=16)
+    cos, sin = rotary(q, torch.arange(12)[None])
+    assert cos.dtype == sin.dtype == dtype
+    y, _ = pt.apply_rotary_pos_emb(q, q, cos, sin)
+    assert y.dtype == dtype
+    # computed in float32 from the same tables and rounded once
+    want, _ = hf_apply_rotary_pos_emb(q.float(), q.float(), cos.float(), sin.float())
+    assert torch.equal(y, want.to(dtype))
+    (g,) = grads(y, (q,))
+    assert g.dtype == dtype
+    (gw,) = grads(want.to(dtype), (q,))
+    torch.testing.assert_close(g.float(), gw.float(), rtol=0, atol=2e-2)
+    pe = pt.LearnedPositionalEmbedding(12, 16, dtype=dtype)
+    out = pe(q.detach()[0])
+    assert out.dtype == dtype
+    assert torch.equal(out, (q.detach()[0].float() + pe.weight.detach()[:12].float()).to(dtype))
+    table = rand(32, 2, dtype=dtype, requires_grad=True)
+    bias = pt.t5_relative_bias(table, 4, 4)
+    assert bias.dtype == dtype
+    bias.sum().backward()
+    assert table.grad.dtype == dtype
+    assert pt.alibi_bias(4, 3, 3, dtype=dtype).dtype == dtype
+
+
+def test_device_and_type_errors():
+    meta = torch.empty(2, 4, 8, device="meta")
+    cpu = torch.ones(4, 8)
+    with pytest.raises(TypeError, match="posemb is a CPU library"):
+        pt.apply_rope(meta, cpu, cpu)
+    with pytest.raises(TypeError, match="posemb is a CPU library"):
+        pt.t5_relative_bias(torch.empty(32, 2, device="meta"), 2, 2)
+    with pytest.raises(TypeError, match="posemb is a CPU library"):
+        pt.RotaryEmbedding(dim=8)(meta, torch.arange(4)[None])
+    with pytest.raises(TypeError, match="posemb is a CPU library"):
+        pt.RotaryEmbedding(dim=8, device="cuda")
+    with pytest.raises(TypeError, match="posemb is a CPU library"):
+        pt.LearnedPositionalEmbedding(4, 8, device="cuda:0")
+    with pytest.raises(TypeError, match="float16, bfloat16, float32 or float64"):
+        pt.apply_rope(torch.ones(4, 8, dtype=torch.int32), cpu, cpu)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        pt.apply_rope(np.ones((4, 8)), cpu, cpu)
+    with pytest.raises(TypeError, match="integer"):
+        pt.RotaryEmbedding(dim=8)(cpu, torch.ones(1, 4))
+    with pytest.raises(ValueError, match="even"):
+        pt.apply_rope(torch.ones(4, 8), torch.ones(4, 3), torch.ones(4, 3))
+    with pytest.raises(IndexError):
+        pt.LearnedPositionalEmbedding(4, 8)(torch.ones(6, 8))
+    with pytest.raises(TypeError, match="config or dim"):
+        pt.RotaryEmbedding()
+
+
+# ---------------------------------------------------------------- a training step
+
+
+class OneLayerRoPEAttention(torch.nn.Module):
+    """x -> qkv -> RoPE(q, k) -> causal SDPA -> out projection."""
+
+    def __init__(self, d_model=32, heads=4, rope_impl="posemb"):
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+        self.out = torch.nn.Linear(d_model, d_model)
+        self.pos = pt.LearnedPositionalEmbedding(64, d_model, std=0.1)
+        self.rope_impl = rope_impl
+
+    def forward(self, x):
+        b, s, d = x.shape
+        position_ids = torch.arange(s)[None].expand(b, s)
+        if self.rope_impl == "posemb":
+            x = self.pos(x)
+            cos, sin = pt.RotaryEmbedding(dim=self.head_dim)(x, position_ids)
+            rope = pt.apply_rotary_pos_emb
+        else:   # the PyTorch formulas throughout
+            x = x + F.embedding(position_ids, self.pos.weight)
+            cos, sin = hf_cos_sin(position_ids, self.head_dim, dtype=x.dtype)
+            rope = hf_apply_rotary_pos_emb
+        qkv = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = rope(qkv[0], qkv[1], cos, sin)
+        att = F.scaled_dot_product_attention(q, k, qkv[2], is_causal=True)
+        return self.out(att.transpose(1, 2).reshape(b, s, d))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_training_step_same_loss_and_gradients(dtype):
+    torch.manual_seed(0)
+    model = OneLayerRoPEAttention().to(dtype)
+    ref = copy.deepcopy(model)
+    ref.rope_impl = "torch"
+    x = rand(3, 24, 32, dtype=dtype, seed=5)
+    target = rand(3, 24, 32, dtype=dtype, seed=6)
+    tol = {"rtol": 0, "atol": 4 * torch.finfo(dtype).eps}
+    losses = []
+    for m in (model, ref):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        loss = F.mse_loss(m(x), target)
+        loss.backward()
+        losses.append(loss.detach())
+        opt.step()
+    torch.testing.assert_close(losses[0], losses[1], **tol)
+    for (name, p), (_, r) in zip(model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, r.grad, **tol, msg=f"grad of {name}")
+        torch.testing.assert_close(p, r, **tol, msg=f"{name} after the step")
+    # and the second step's loss (parameters updated from those gradients)
+    torch.testing.assert_close(F.mse_loss(model(x), target), F.mse_loss(ref(x), target), **tol)
+
+
+# ---------------------------------------------------------------- bench rows
+
+
+def test_bench_torch_family_runs():
+    from posemb import _bench
+    result = _bench.run(["torch"], quick=True, repeat=3)
+    rows = result["rows"]
+    assert rows and all(r["family"] == "torch" for r in rows)
+    assert all(r["posemb_s"] > 0 and r["torch_s"] > 0 for r in rows)
+    assert "fwd+bwd" in _bench.format_table(result)
