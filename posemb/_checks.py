@@ -19,8 +19,11 @@ MAX_EXACT_POSITION = 2**53  # positions beyond this are not exact in float64
 def float_operand(x: Any, name: str) -> Any:
     """Return x as an array (or a ufunc-protocol array-like) of float16/32/64.
 
-    Byte-swapped floats are accepted (NumPy casts them for the kernels).
+    Byte-swapped arrays are returned as native-order copies: the C kernels,
+    and the tables made in x's dtype for them, are native-order only.
     """
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
     if not isinstance(x, np.ndarray):
         if hasattr(x, "__array_ufunc__") and hasattr(x, "dtype") and hasattr(x, "shape"):
             dtype = np.dtype(x.dtype)
