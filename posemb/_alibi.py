@@ -78,7 +78,7 @@ def _slopes(slopes_or_num_heads: Any) -> np.ndarray:
             f"slopes_or_num_heads must be an int or a 1-D array of real slopes, got dtype {s.dtype}")
     if s.ndim != 1:
         raise ValueError(f"slopes_or_num_heads must be 1-D (one slope per head), got shape {s.shape}")
-    s = np.ascontiguousarray(s, dtype=np.float64)
+    s = _checks.c_array(s, np.float64)
     if not np.isfinite(s).all():
         raise ValueError("slopes_or_num_heads must be finite")
     return s

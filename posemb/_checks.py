@@ -39,6 +39,15 @@ def float_operand(x: Any, name: str) -> Any:
     return x
 
 
+def c_array(x: Any, dtype: Any = None) -> np.ndarray:
+    """x as a C-contiguous, aligned ndarray of dtype (copied only if needed).
+
+    The C functions accept nothing else; ``np.ascontiguousarray`` alone
+    keeps an unaligned buffer unaligned.
+    """
+    return np.require(np.asarray(x), dtype=dtype, requirements=["C", "A"])
+
+
 def float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     """Check a requested output dtype: float16, float32 or float64."""
     try:

@@ -72,8 +72,10 @@ def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any) -> Any:
             and type(cos) is np.ndarray and type(sin) is np.ndarray
             and cos.shape == sin.shape and cos.ndim <= x.ndim
             and cos.dtype == x.dtype and sin.dtype == x.dtype and x.dtype.isnative
+            and x.flags.aligned and cos.flags.aligned and sin.flags.aligned
             and (out is None or (type(out) is np.ndarray and out.shape == x.shape
                                  and out.dtype == x.dtype and out.flags.writeable
+                                 and out.flags.aligned
                                  and (out is x or not np.may_share_memory(out, x))
                                  and not np.may_share_memory(out, cos)
                                  and not np.may_share_memory(out, sin)))):
@@ -126,8 +128,8 @@ def rope_inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
 def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
             dtype: np.dtype, attention_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Full-width (cos, sin) for int64 positions of any shape (checked)."""
-    flat = np.ascontiguousarray(positions.reshape(-1))
-    inv = np.ascontiguousarray(inv_freq, dtype=np.float64)
+    flat = _checks.c_array(positions.reshape(-1))
+    inv = _checks.c_array(inv_freq, np.float64)
     width = 2 * inv.shape[0]
     work = np.float64 if dtype == np.float16 else dtype
     cos = np.empty((flat.shape[0], width), dtype=work)
