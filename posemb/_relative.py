@@ -211,7 +211,7 @@ def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length:
             f"got {g.shape}")
     dtype = g.dtype
     if g.ndim > 3:
-        g = g.reshape((-1,) + g.shape[-3:]).sum(axis=0, dtype=np.float64)
+        g = g.sum(axis=tuple(range(g.ndim - 3)), dtype=np.float64)   # no reshape(-1): size 0
     work = np.float64 if g.dtype == np.float64 else np.float32
     g = _checks.c_array(g, work)
     out = np.empty((nbk, g.shape[0]), dtype=work)
