@@ -184,12 +184,12 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     return _tables(pos, inv, interleaved, dt)
 
 
-def _rope_operands(x: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
-    x = _checks.float_operand(x, "x")
+def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, Any, Any]:
+    x = _checks.float_operand(x, name)
     cos = _checks.float_operand(cos, "cos")
     sin = _checks.float_operand(sin, "sin")
     if len(x.shape) == 0:
-        raise ValueError("x must have at least one dimension (features last)")
+        raise ValueError(f"{name} must have at least one dimension (features last)")
     for name, t in (("cos", cos), ("sin", sin)):
         if len(t.shape) == 0:
             raise ValueError(f"{name} must have at least one dimension (features last)")
@@ -199,7 +199,7 @@ def _rope_operands(x: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
     if r % 2:
         raise ValueError(f"cos/sin width must be even (pairs rotate together), got {r}")
     if r > d:
-        raise ValueError(f"cos/sin width ({r}) must not exceed x's last axis ({d})")
+        raise ValueError(f"cos/sin width ({r}) must not exceed {name}'s last axis ({d})")
     return x, cos, sin
 
 
@@ -251,7 +251,7 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     >>> bool(np.allclose(posemb.apply_rope_backward(y, cos, sin), x))
     True
     """
-    grad, cos, sin = _rope_operands(grad, cos, sin)
+    grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
     return _run(_kind(interleaved, True), grad, cos, sin, out)
 
 
@@ -275,6 +275,10 @@ def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any =
     """
     del position_ids  # unused, as in transformers
     unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
+    if unsqueeze_dim >= 2**31:
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
+    q = _checks.float_operand(q, "q")
+    k = _checks.float_operand(k, "k")
     cos = _checks.float_operand(cos, "cos")
     sin = _checks.float_operand(sin, "sin")
     try:
@@ -282,7 +286,9 @@ def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any =
         sin = np.expand_dims(sin, unsqueeze_dim)
     except np.exceptions.AxisError as e:
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin: {e}") from None
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, cos, sin = _rope_operands(q, cos, sin, "q")
+    k, cos, sin = _rope_operands(k, cos, sin, "k")
+    return _run(0, q, cos, sin, None), _run(0, k, cos, sin, None)
 
 
 def rotate_half(x: Any) -> Any:
@@ -342,6 +348,7 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     >>> f.shape, f.dtype
     ((16, 4), dtype('complex64'))
     """
+    theta = _checks.positive_float(theta, "theta")
     inv = rope_inv_freq(dim, theta)
     end = _checks.size(end, "end")
     cos, sin = _tables(np.arange(end, dtype=np.int64), inv, True, np.dtype(np.float64))
