@@ -131,5 +131,5 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     dt = _checks.float_dtype(dtype)
     work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
     out = np.empty((slopes.shape[0], q, k), dtype=work)
-    _core._alibi_bias(slopes, out, off, bool(symmetric))
+    _core._alibi_bias(slopes, out, off, _checks.flag(symmetric, "symmetric"))
     return out.astype(dt, copy=False)

@@ -48,6 +48,19 @@ def c_array(x: Any, dtype: Any = None) -> np.ndarray:
     return np.require(np.asarray(x), dtype=dtype, requirements=["C", "A"])
 
 
+def flag(value: Any, name: str) -> bool:
+    """A boolean switch: bool, numpy.bool_ or the integers 0 and 1.
+
+    Anything else (a string such as "no", an array) is a TypeError rather
+    than its truth value, which would silently pick a branch.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {value!r}")
+
+
 def float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     """Check a requested output dtype: float16, float32 or float64."""
     try:

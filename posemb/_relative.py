@@ -51,7 +51,7 @@ def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple
     """Check HF's bucket parameters: at least one exact bucket per direction
     (``num_buckets >= 4`` bidirectional, ``>= 2`` otherwise) and
     ``max_distance`` beyond the exact buckets."""
-    bidirectional = bool(bidirectional)
+    bidirectional = _checks.flag(bidirectional, "bidirectional")
     least = 4 if bidirectional else 2
     nbk = _checks.size(num_buckets, "num_buckets", minimum=least)
     if nbk > _MAX_BUCKETS:

@@ -39,7 +39,7 @@ _GRID_MIN_SIZE = 1 << 15
 
 
 def _kind(interleaved: bool, backward: bool) -> int:
-    return 2 * bool(interleaved) + bool(backward)
+    return 2 * _checks.flag(interleaved, "interleaved") + bool(backward)
 
 
 def _grid_views(x: np.ndarray, cos: np.ndarray):
@@ -181,7 +181,7 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     inv = rope_inv_freq(dim, base)
     dt = _checks.float_dtype(dtype)
     pos = _checks.positions_array(positions)
-    return _tables(pos, inv, interleaved, dt)
+    return _tables(pos, inv, _checks.flag(interleaved, "interleaved"), dt)
 
 
 def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, Any, Any]:
@@ -474,7 +474,7 @@ class RoPE:
         self.seq_len = _checks.size(seq_len, "seq_len")
         self.base = _checks.positive_float(base, "base")
         self.scale = _checks.finite_float(scale, "scale")
-        self.interleaved = bool(interleaved)
+        self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
         self.inv_freq = rope_inv_freq(self.rotary_dim, self.base) * self.scale
         self._lock = threading.Lock()
