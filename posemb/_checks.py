@@ -61,6 +61,28 @@ def flag(value: Any, name: str) -> bool:
     raise TypeError(f"{name} must be a bool, got {value!r}")
 
 
+def out_operand(out: Any, shape: tuple, name: str = "out") -> Any:
+    """Check an ``out=`` array: None, or a writeable float16/32/64 ndarray of
+    exactly the result's shape (ufunc-protocol array-likes pass through).
+
+    Left to NumPy, a list is "return arrays must be of ArrayType" and a
+    wrong shape a broadcasting message that does not say which operand.
+    """
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray):
+        if hasattr(out, "__array_ufunc__") and hasattr(out, "shape"):
+            return out
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
+    if out.dtype.kind != "f" or out.dtype.itemsize not in (2, 4, 8):
+        raise TypeError(f"{name} must be a float16, float32 or float64 array, got dtype {out.dtype}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name} must have the result's shape {tuple(shape)}, got {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} must be writeable (it is read-only)")
+    return out
+
+
 def float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     """Check a requested output dtype: float16, float32 or float64."""
     try:

@@ -98,7 +98,7 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
     pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
     if out is None:
         return _core.learned_pe_fwd(x, pos, weight)
-    return _core.learned_pe_fwd(x, pos, weight, out=out)
+    return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
 
 
 def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: int,

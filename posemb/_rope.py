@@ -68,6 +68,10 @@ def _grid_views(x: np.ndarray, cos: np.ndarray):
 def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any) -> Any:
     """Apply rotary kernel `kind`: position-blocked C path for large plain
     ndarrays of one dtype, NumPy's gufunc machinery for everything else."""
+    if out is not None:
+        lead = np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]),
+                                   tuple(sin.shape[:-1]))
+        out = _checks.out_operand(out, lead + (x.shape[-1],))
     if (type(x) is np.ndarray and x.size >= _GRID_MIN_SIZE and 2 <= x.ndim <= 4
             and type(cos) is np.ndarray and type(sin) is np.ndarray
             and cos.shape == sin.shape and cos.ndim <= x.ndim

@@ -145,7 +145,7 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
     table = _table(seq, dim, base, start, _concat(layout), _work_dtype(np.dtype(x.dtype)))
     if out is None:
         return _core.sinusoidal_add(x, table)
-    return _core.sinusoidal_add(x, table, out=out)
+    return _core.sinusoidal_add(x, table, out=_checks.out_operand(out, x.shape))
 
 
 def _axis(value: Any, ndim: int, name: str) -> int:
@@ -251,6 +251,6 @@ class AbsolutePE:
         view = np.expand_dims(view, tuple(i for i in range(ndim) if i not in (sa, fa)))
         if out is None:
             return _core.sinusoidal_add(x, view)
-        return _core.sinusoidal_add(x, view, out=out)
+        return _core.sinusoidal_add(x, view, out=_checks.out_operand(out, x.shape))
 
     forward = __call__
