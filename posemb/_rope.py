@@ -194,9 +194,9 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
     sin = _checks.float_operand(sin, "sin")
     if len(x.shape) == 0:
         raise ValueError(f"{name} must have at least one dimension (features last)")
-    for name, t in (("cos", cos), ("sin", sin)):
+    for tname, t in (("cos", cos), ("sin", sin)):
         if len(t.shape) == 0:
-            raise ValueError(f"{name} must have at least one dimension (features last)")
+            raise ValueError(f"{tname} must have at least one dimension (features last)")
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
@@ -204,6 +204,12 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
         raise ValueError(f"cos/sin width must be even (pairs rotate together), got {r}")
     if r > d:
         raise ValueError(f"cos/sin width ({r}) must not exceed {name}'s last axis ({d})")
+    try:
+        np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]), tuple(sin.shape[:-1]))
+    except ValueError:
+        raise ValueError(
+            f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must broadcast against "
+            f"{name} {tuple(x.shape)} on all but the last axis") from None
     return x, cos, sin
 
 
