@@ -545,6 +545,9 @@ class RoPE:
             n = _checks.size(seq_len, "seq_len")
             start = _checks.size(offset, "offset")
             return self._range_tables(dt, start, n)
+        if _checks.size(offset, "offset") != 0 or seq_len is not None:
+            raise ValueError("offset and seq_len apply only when positions is not given "
+                             "(positions are absolute)")
         pos = _checks.positions_array(positions)
         return self._gather_tables(dt, pos)
 
@@ -579,6 +582,9 @@ class RoPE:
                     f"got {tuple(shape)}")
             start = _checks.size(offset, "offset")
             return self._range_tables(dt, start, shape[-2])
+        if _checks.size(offset, "offset") != 0:
+            raise ValueError("offset applies only when positions is not given "
+                             "(positions are absolute)")
         pos = _checks.positions_array(positions)
         try:
             ok = np.broadcast_shapes(pos.shape, tuple(shape[:-1])) == tuple(shape[:-1])
