@@ -672,10 +672,37 @@ def test_huge_sizes_fail_cleanly(call):
 
 
 def test_case_count():
-    n = len(CASES) + len(HUGE)
+    n = len(CASES) + len(HUGE) + len(EMPTY_BUT_LONG)
     print(f"\nbad-input cases: {n} ({len(CASES)} generated over {len(SPECS)} public "
-          f"callables, {len(HUGE)} huge-size cases)")
+          f"callables, {len(HUGE)} huge-size and {len(EMPTY_BUT_LONG)} empty-but-long cases)")
     public = {name for name in posemb.__all__ if callable(getattr(posemb, name))}
     covered = {s.name.split(".")[0] for s in SPECS} | {"get_num_threads"}
     assert public <= covered, public - covered
     assert n >= 1000
+
+
+EMPTY_BUT_LONG = [
+    ("relative_position_index", lambda: posemb.relative_position_index(2**40, 0, 3), (2**40, 0)),
+    ("relative_embeddings", lambda: posemb.relative_embeddings(SHT, 2**40, 0), (2**40, 0, 3)),
+    ("relative_embeddings-dim-0", lambda: posemb.relative_embeddings(SHT[:, :0], 2**40, 1),
+     (2**40, 1, 0)),
+    ("relative_embeddings_backward", lambda: posemb.relative_embeddings_backward(
+        np.empty((2**40, 0, 3)), 2, 2**40, 0), (5, 3)),
+    ("causal_mask", lambda: posemb.causal_mask(2**40, 0), (2**40, 0)),
+    ("t5_relative_bias", lambda: posemb.t5_relative_bias(T5T, 2**40, 0), (2, 2**40, 0)),
+    ("alibi_bias", lambda: posemb.alibi_bias(2, 2**40, 0), (2, 2**40, 0)),
+    ("sinusoidal", lambda: posemb.sinusoidal(2**40, 0), (2**40, 0)),
+    ("padding_mask", lambda: posemb.padding_mask(np.zeros(0, int), 2**40), (0, 2**40)),
+]
+
+
+@pytest.mark.parametrize("call,shape", [(c, s) for _, c, s in EMPTY_BUT_LONG],
+                         ids=[n for n, _, _ in EMPTY_BUT_LONG])
+def test_empty_results_with_a_huge_axis_return_at_once(call, shape):
+    """An empty output with a 2**40-long axis is returned without walking the
+    axis (before the fix, relative_position_index(2**40, 0, 3) and
+    causal_mask(2**40, 0) looped over 2**40 empty rows)."""
+    got = call()
+    assert got.shape == shape
+    if got.size:
+        assert not got.any()
