@@ -153,7 +153,7 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
     out = np.zeros((seq_len, dim), np.float64)
     h = dim // 2
     for k in range(seq_len):
-        p = float(start + k)
+        p = float(int(start) + k)
         for j in range(dim):
             if layout == "interleaved":
                 w = float(base) ** (-(2.0 * (j // 2)) / dim)
@@ -225,6 +225,7 @@ def t5_bias(table, query_length: int, key_length: int, *, bidirectional: bool = 
             num_buckets: int = 32, max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
     """``bias[h, i, j] = table[bucket(j - (query_offset + i)), h]``, float64."""
     t = np.asarray(table, dtype=np.float64)
+    query_offset = int(query_offset)          # Python ints: no unsigned wrap-around
     out = np.zeros((t.shape[1], query_length, key_length), np.float64)
     for i in range(query_length):
         for j in range(key_length):
@@ -240,6 +241,7 @@ def t5_bias_backward(grad_bias, *, num_buckets: int, bidirectional: bool = True,
     g = np.asarray(grad_bias, dtype=np.float64)
     g = g.sum(axis=tuple(range(g.ndim - 3)))
     heads, q, k = g.shape
+    query_offset = int(query_offset)
     out = np.zeros((num_buckets, heads), np.float64)
     for i in range(q):
         for j in range(k):
@@ -300,7 +302,7 @@ def alibi_bias(slopes, query_length: int, key_length: int, *, symmetric: bool = 
                query_offset: int | None = None) -> np.ndarray:
     """``-m_h * (p_i - j)`` (or ``-m_h * |p_i - j|``), ``p_i = query_offset + i``."""
     m = np.asarray(slopes, dtype=np.float64)
-    off = key_length - query_length if query_offset is None else query_offset
+    off = key_length - query_length if query_offset is None else int(query_offset)
     out = np.zeros((m.shape[0], query_length, key_length), np.float64)
     for h in range(m.shape[0]):
         for i in range(query_length):
@@ -316,7 +318,7 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
                 window: int | None = None, query_offset: int | None = None) -> np.ndarray:
     """True where key j is visible from query i: ``j <= p_i`` (and ``p_i - W < j``)."""
     k = query_length if key_length is None else key_length
-    off = k - query_length if query_offset is None else query_offset
+    off = k - query_length if query_offset is None else int(query_offset)
     out = np.zeros((query_length, k), bool)
     for i in range(query_length):
         p = off + i
