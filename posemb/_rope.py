@@ -486,6 +486,9 @@ class RoPE:
         self.scale = _checks.finite_float(scale, "scale")
         self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
+        if self.seq_len * self.rotary_dim * self.dtype.itemsize > np.iinfo(np.intp).max:
+            raise MemoryError(f"a ({self.seq_len}, {self.rotary_dim}) {self.dtype.name} table "
+                              "cannot be allocated")      # before a huge inv_freq is made
         self.inv_freq = rope_inv_freq(self.rotary_dim, self.base) * self.scale
         self._lock = threading.Lock()
         self._cache: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}

@@ -44,8 +44,10 @@ def _start(start: Any, count: int) -> int:
 def _table(seq_len: int, dim: int, base: float, start: int, concat: bool,
            dtype: np.dtype) -> np.ndarray:
     """The (seq_len, dim) table of dtype; arguments already checked."""
+    out = np.empty((seq_len, dim), dtype=dtype)   # first: a table too big to exist fails at once
+    if out.size == 0:
+        return out
     inv_freq = base ** (-(2.0 * np.arange((dim + 1) // 2, dtype=np.float64)) / max(dim, 1))
-    out = np.empty((seq_len, dim), dtype=dtype)
     _core._sinusoidal_table(start, inv_freq, concat, out)
     return out
 
