@@ -78,7 +78,7 @@ def _slopes(slopes_or_num_heads: Any) -> np.ndarray:
             f"slopes_or_num_heads must be an int or a 1-D array of real slopes, got dtype {s.dtype}")
     if s.ndim != 1:
         raise ValueError(f"slopes_or_num_heads must be 1-D (one slope per head), got shape {s.shape}")
-    s = np.ascontiguousarray(s, dtype=np.float64)
+    s = _checks.c_array(s, np.float64)
     if not np.isfinite(s).all():
         raise ValueError("slopes_or_num_heads must be finite")
     return s
@@ -135,18 +135,19 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
         off = _checks.size(query_offset, "query_offset", minimum=-_MAX_EXTENT)
         if off > _MAX_EXTENT:
             raise ValueError(f"query_offset must be <= 2**52, got {off}")
+    symmetric = _checks.flag(symmetric, "symmetric")
     shape = (slopes.shape[0], q, k)
     if out is not None:
         out = _checks.out_array(out, shape)
         if out.dtype != np.float16:
-            _core._alibi_bias(slopes, out, off, bool(symmetric))
+            _core._alibi_bias(slopes, out, off, symmetric)
             return out
         dt = out.dtype
     else:
         dt = _checks.float_dtype(dtype)
     work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
     res = np.empty(shape, dtype=work)
-    _core._alibi_bias(slopes, res, off, bool(symmetric))
+    _core._alibi_bias(slopes, res, off, symmetric)
     if out is not None:
         np.copyto(out, res, casting="same_kind")
         return out

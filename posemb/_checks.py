@@ -19,8 +19,11 @@ MAX_EXACT_POSITION = 2**53  # positions beyond this are not exact in float64
 def float_operand(x: Any, name: str) -> Any:
     """Return x as an array (or a ufunc-protocol array-like) of float16/32/64.
 
-    Byte-swapped floats are accepted (NumPy casts them for the kernels).
+    Byte-swapped arrays are returned as native-order copies: the C kernels,
+    and the tables made in x's dtype for them, are native-order only.
     """
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
     if not isinstance(x, np.ndarray):
         if hasattr(x, "__array_ufunc__") and hasattr(x, "dtype") and hasattr(x, "shape"):
             dtype = np.dtype(x.dtype)
@@ -34,6 +37,50 @@ def float_operand(x: Any, name: str) -> Any:
             f"{name} must be a float16, float32 or float64 array, got dtype {dtype}"
         )
     return x
+
+
+def c_array(x: Any, dtype: Any = None) -> np.ndarray:
+    """x as a C-contiguous, aligned ndarray of dtype (copied only if needed).
+
+    The C functions accept nothing else; ``np.ascontiguousarray`` alone
+    keeps an unaligned buffer unaligned.
+    """
+    return np.require(np.asarray(x), dtype=dtype, requirements=["C", "A"])
+
+
+def flag(value: Any, name: str) -> bool:
+    """A boolean switch: bool, numpy.bool_ or the integers 0 and 1.
+
+    Anything else (a string such as "no", an array) is a TypeError rather
+    than its truth value, which would silently pick a branch.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {value!r}")
+
+
+def out_operand(out: Any, shape: tuple, name: str = "out") -> Any:
+    """Check an ``out=`` array: None, or a writeable float16/32/64 ndarray of
+    exactly the result's shape (ufunc-protocol array-likes pass through).
+
+    Left to NumPy, a list is "return arrays must be of ArrayType" and a
+    wrong shape a broadcasting message that does not say which operand.
+    """
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray):
+        if hasattr(out, "__array_ufunc__") and hasattr(out, "shape"):
+            return out
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
+    if out.dtype.kind != "f" or out.dtype.itemsize not in (2, 4, 8):
+        raise TypeError(f"{name} must be a float16, float32 or float64 array, got dtype {out.dtype}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name} must have the result's shape {tuple(shape)}, got {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} must be writeable (it is read-only)")
+    return out
 
 
 def float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:

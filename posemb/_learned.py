@@ -98,7 +98,7 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
     pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
     if out is None:
         return _core.learned_pe_fwd(x, pos, weight)
-    return _core.learned_pe_fwd(x, pos, weight, out=out)
+    return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
 
 
 def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: int,
@@ -142,8 +142,8 @@ def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: 
     pos = _positions(positions, offset, grad_out.shape, num_positions, "grad_out")
     lead = grad_out.shape[:-1]
     n, d = int(np.prod(lead, dtype=np.int64)), grad_out.shape[-1]
-    flat_pos = np.ascontiguousarray(np.broadcast_to(pos, lead)).reshape(n)
-    g = np.ascontiguousarray(grad_out).reshape(n, d)
+    flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
+    g = _checks.c_array(grad_out).reshape(n, d)
     half = grad_out.dtype == np.float16
     grad_weight = np.zeros((num_positions, d), np.float32 if half else grad_out.dtype)
     _core._learned_back(g, flat_pos, grad_weight)

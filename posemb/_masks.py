@@ -90,7 +90,7 @@ def _lengths(lengths: Any, max_length: int) -> np.ndarray:
         raise ValueError(
             f"lengths must be in [0, max_length={max_length}], got "
             f"[{int(n.min())}, {int(n.max())}]")
-    return np.ascontiguousarray(n, dtype=np.int64)
+    return _checks.c_array(n, np.int64)
 
 
 def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.ndarray:

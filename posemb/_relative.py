@@ -51,7 +51,7 @@ def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple
     """Check HF's bucket parameters: at least one exact bucket per direction
     (``num_buckets >= 4`` bidirectional, ``>= 2`` otherwise) and
     ``max_distance`` beyond the exact buckets."""
-    bidirectional = bool(bidirectional)
+    bidirectional = _checks.flag(bidirectional, "bidirectional")
     least = 4 if bidirectional else 2
     nbk = _checks.size(num_buckets, "num_buckets", minimum=least)
     if nbk > _MAX_BUCKETS:
@@ -68,7 +68,7 @@ def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple
 def _float_array(x: Any, name: str, ndim: int) -> np.ndarray:
     """x as a C-contiguous float16/32/64 ndarray of rank ndim."""
     x = _checks.float_operand(x, name)
-    x = np.ascontiguousarray(x)
+    x = _checks.c_array(x)
     if x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {x.shape}")
     return x
@@ -220,9 +220,9 @@ def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length:
             f"got {g.shape}")
     dtype = g.dtype
     if g.ndim > 3:
-        g = g.reshape((-1,) + g.shape[-3:]).sum(axis=0, dtype=np.float64)
+        g = g.sum(axis=tuple(range(g.ndim - 3)), dtype=np.float64)   # no reshape(-1): size 0
     work = np.float64 if g.dtype == np.float64 else np.float32
-    g = np.ascontiguousarray(g, dtype=work)
+    g = _checks.c_array(g, work)
     out = np.empty((nbk, g.shape[0]), dtype=work)
     _core._t5_bias_backward(g, out, bidirectional, md, off)
     return out.astype(dtype, copy=False)
@@ -308,7 +308,7 @@ def relative_embeddings_backward(grad: Any, max_relative_position: int,
             f"grad must have shape (query_length={q}, key_length={k}, dim), got {g.shape}")
     dtype = g.dtype
     work = np.float64 if dtype == np.float64 else np.float32
-    g = np.ascontiguousarray(g, dtype=work)
+    g = _checks.c_array(g, work)
     out = np.empty((2 * K + 1, g.shape[2]), dtype=work)
     _core._shaw_embed_backward(g, out)
     return out.astype(dtype, copy=False)

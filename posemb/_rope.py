@@ -40,7 +40,7 @@ _GRID_MIN_SIZE = 1 << 15
 
 
 def _kind(interleaved: bool, backward: bool) -> int:
-    return 2 * bool(interleaved) + bool(backward)
+    return 2 * _checks.flag(interleaved, "interleaved") + bool(backward)
 
 
 def _grid_views(x: np.ndarray, cos: np.ndarray) -> tuple[Any, Any] | None:
@@ -66,15 +66,30 @@ def _grid_views(x: np.ndarray, cos: np.ndarray) -> tuple[Any, Any] | None:
     return None
 
 
-def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any) -> Any:
+def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> Any:
     """Apply rotary kernel `kind`: position-blocked C path for large plain
-    ndarrays of one dtype, NumPy's gufunc machinery for everything else."""
+    ndarrays of one dtype, NumPy's gufunc machinery for everything else.
+    Broadcasting and ``out`` are checked by NumPy; only when it refuses are
+    they re-checked to name the argument (no cost on the success path)."""
+    # out=x (in place) is checked by NumPy itself unless that could pass
+    # silently: an empty x, or tables of higher rank than x
+    if out is not None and (out is not x or x.size == 0 or len(cos.shape) > len(x.shape)
+                            or len(sin.shape) > len(x.shape)):
+        try:
+            lead = np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]),
+                                       tuple(sin.shape[:-1]))
+        except ValueError:
+            _explain_failure(x, cos, sin, None, name)
+            raise
+        out = _checks.out_operand(out, lead + (x.shape[-1],))
     if (type(x) is np.ndarray and x.size >= _GRID_MIN_SIZE and 2 <= x.ndim <= 4
             and type(cos) is np.ndarray and type(sin) is np.ndarray
             and cos.shape == sin.shape and cos.ndim <= x.ndim
             and cos.dtype == x.dtype and sin.dtype == x.dtype and x.dtype.isnative
+            and x.flags.aligned and cos.flags.aligned and sin.flags.aligned
             and (out is None or (type(out) is np.ndarray and out.shape == x.shape
                                  and out.dtype == x.dtype and out.flags.writeable
+                                 and out.flags.aligned
                                  and (out is x or not np.may_share_memory(out, x))
                                  and not np.may_share_memory(out, cos)
                                  and not np.may_share_memory(out, sin)))):
@@ -93,7 +108,11 @@ def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any) -> Any:
             _core._rope_grid(kind, xv(x), c4, s4, xv(out))
             return out
     uf = _UFUNCS[kind]
-    return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
+    try:
+        return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
+    except (ValueError, TypeError):
+        _explain_failure(x, cos, sin, out, name)
+        raise
 
 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
@@ -141,8 +160,8 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
 def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
             dtype: np.dtype, attention_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Full-width (cos, sin) for int64 positions of any shape (checked)."""
-    flat = np.ascontiguousarray(positions.reshape(-1))
-    inv = np.ascontiguousarray(inv_freq, dtype=np.float64)
+    flat = _checks.c_array(positions.reshape(-1))
+    inv = _checks.c_array(inv_freq, np.float64)
     width = 2 * inv.shape[0]
     work = np.float64 if dtype == np.float16 else dtype
     cos = np.empty((flat.shape[0], width), dtype=work)
@@ -211,31 +230,45 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)
-    return _tables(pos, inv, interleaved, dt, attn)
+    return _tables(pos, inv, _checks.flag(interleaved, "interleaved"), dt, attn)
 
 
-def _rope_operands(x: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
+def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, Any, Any]:
     # fast path for the common case (a decode step is dominated by this):
     # three ndarrays of float16/32/64 (any byte order), each with an axis
     if not (type(x) is np.ndarray and type(cos) is np.ndarray and type(sin) is np.ndarray
             and x.dtype.char in "efd" and cos.dtype.char in "efd"
             and sin.dtype.char in "efd" and x.ndim and cos.ndim and sin.ndim):
-        x = _checks.float_operand(x, "x")
+        x = _checks.float_operand(x, name)
         cos = _checks.float_operand(cos, "cos")
         sin = _checks.float_operand(sin, "sin")
         if len(x.shape) == 0:
-            raise ValueError("x must have at least one dimension (features last)")
-        for name, t in (("cos", cos), ("sin", sin)):
+            raise ValueError(f"{name} must have at least one dimension (features last)")
+        for tname, t in (("cos", cos), ("sin", sin)):
             if len(t.shape) == 0:
-                raise ValueError(f"{name} must have at least one dimension (features last)")
+                raise ValueError(f"{tname} must have at least one dimension (features last)")
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
     if r % 2:
         raise ValueError(f"cos/sin width must be even (pairs rotate together), got {r}")
     if r > d:
-        raise ValueError(f"cos/sin width ({r}) must not exceed x's last axis ({d})")
+        raise ValueError(f"cos/sin width ({r}) must not exceed {name}'s last axis ({d})")
     return x, cos, sin
+
+
+def _explain_failure(x: Any, cos: Any, sin: Any, out: Any, name: str) -> None:
+    """After the gufunc refused its operands: raise an error naming the
+    argument at fault, if it is a broadcasting or ``out`` problem."""
+    try:
+        lead = np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]),
+                                   tuple(sin.shape[:-1]))
+    except ValueError:
+        raise ValueError(
+            f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must broadcast against "
+            f"{name} {tuple(x.shape)} on all but the last axis") from None
+    if out is not None:
+        _checks.out_operand(out, lead + (x.shape[-1],))
 
 
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
@@ -286,8 +319,8 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     >>> bool(np.allclose(posemb.apply_rope_backward(y, cos, sin), x))
     True
     """
-    grad, cos, sin = _rope_operands(grad, cos, sin)
-    return _run(_kind(interleaved, True), grad, cos, sin, out)
+    grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
+    return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")
 
 
 def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any = None,
@@ -310,6 +343,10 @@ def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any =
     """
     del position_ids  # unused, as in transformers
     unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
+    if unsqueeze_dim >= 2**31:
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
+    q = _checks.float_operand(q, "q")
+    k = _checks.float_operand(k, "k")
     cos = _checks.float_operand(cos, "cos")
     sin = _checks.float_operand(sin, "sin")
     try:
@@ -317,7 +354,9 @@ def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any =
         sin = np.expand_dims(sin, unsqueeze_dim)
     except np.exceptions.AxisError as e:
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin: {e}") from None
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, cos, sin = _rope_operands(q, cos, sin, "q")
+    k, cos, sin = _rope_operands(k, cos, sin, "k")
+    return _run(0, q, cos, sin, None, "q"), _run(0, k, cos, sin, None, "k")
 
 
 def rotate_half(x: Any) -> Any:
@@ -377,6 +416,7 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     >>> f.shape, f.dtype
     ((16, 4), dtype('complex64'))
     """
+    theta = _checks.positive_float(theta, "theta")
     inv = rope_inv_freq(dim, theta)
     end = _checks.size(end, "end")
     cos, sin = _tables(np.arange(end, dtype=np.int64), inv, True, np.dtype(np.float64))
@@ -518,8 +558,11 @@ class RoPE:
         self.seq_len = _checks.size(seq_len, "seq_len")
         self.base = _checks.positive_float(base, "base")
         self.scale = _checks.finite_float(scale, "scale")
-        self.interleaved = bool(interleaved)
+        self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
+        if self.seq_len * self.rotary_dim * self.dtype.itemsize > np.iinfo(np.intp).max:
+            raise MemoryError(f"a ({self.seq_len}, {self.rotary_dim}) {self.dtype.name} table "
+                              "cannot be allocated")      # before a huge inv_freq is made
         self.scaling = normalize_scaling(scaling)
         # frequencies that do not depend on the sequence length (see
         # frequency_regime: only longrope and dynamic NTK switch)
@@ -616,6 +659,9 @@ class RoPE:
             n = _checks.size(seq_len, "seq_len")
             start = _checks.size(offset, "offset")
             return self._range_tables(dt, start, n)
+        if _checks.size(offset, "offset") != 0 or seq_len is not None:
+            raise ValueError("offset and seq_len apply only when positions is not given "
+                             "(positions are absolute)")
         pos = _checks.positions_array(positions)
         return self._gather_tables(dt, pos)
 
@@ -683,6 +729,9 @@ class RoPE:
                 start = _checks.size(offset, "offset")
                 return self._range_tables(dt, start, shape[-2])
             return self._gather_tables(dt, self._offset_positions(shape, offset, name))
+        if np.ndim(offset) != 0 or _checks.size(offset, "offset") != 0:
+            raise ValueError("offset applies only when positions is not given "
+                             "(positions are absolute)")
         pos = _checks.positions_array(positions)
         try:
             ok = np.broadcast_shapes(pos.shape, shape[:-1]) == shape[:-1]
@@ -831,4 +880,4 @@ class RoPE:
         """
         grad = _checks.float_operand(grad, "grad")
         cos, sin = self._tables_for(grad, positions, offset, "grad")
-        return _run(_kind(self.interleaved, True), grad, cos, sin, out)
+        return _run(_kind(self.interleaved, True), grad, cos, sin, out, "grad")

@@ -44,8 +44,10 @@ def _start(start: Any, count: int) -> int:
 def _table(seq_len: int, dim: int, base: float, start: int, concat: bool,
            dtype: np.dtype) -> np.ndarray:
     """The (seq_len, dim) table of dtype; arguments already checked."""
+    out = np.empty((seq_len, dim), dtype=dtype)   # first: a table too big to exist fails at once
+    if out.size == 0:
+        return out
     inv_freq = base ** (-(2.0 * np.arange((dim + 1) // 2, dtype=np.float64)) / max(dim, 1))
-    out = np.empty((seq_len, dim), dtype=dtype)
     _core._sinusoidal_table(start, inv_freq, concat, out)
     return out
 
@@ -145,7 +147,7 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
     table = _table(seq, dim, base, start, _concat(layout), _work_dtype(np.dtype(x.dtype)))
     if out is None:
         return _core.sinusoidal_add(x, table)
-    return _core.sinusoidal_add(x, table, out=out)
+    return _core.sinusoidal_add(x, table, out=_checks.out_operand(out, x.shape))
 
 
 def _axis(value: Any, ndim: int, name: str) -> int:
@@ -253,6 +255,6 @@ class AbsolutePE:
         view = np.expand_dims(view, tuple(i for i in range(ndim) if i not in (sa, fa)))
         if out is None:
             return _core.sinusoidal_add(x, view)
-        return _core.sinusoidal_add(x, view, out=out)
+        return _core.sinusoidal_add(x, view, out=_checks.out_operand(out, x.shape))
 
     forward = __call__

@@ -1401,6 +1401,8 @@ py_shaw_index(PyObject *Py_UNUSED(self), PyObject *args)
     k = PyArray_DIM((PyArrayObject *)out_o, 1);
     if (check_extent(0, q, k, PE_MAX_EXTENT) < 0)
         return NULL;
+    if (q == 0 || k == 0)   /* empty: the kernel would still walk q rows */
+        Py_RETURN_NONE;
     Py_BEGIN_ALLOW_THREADS
     pe_shaw_index_i64(q, k, (ptrdiff_t)K,
                       (int64_t *)PyArray_DATA((PyArrayObject *)out_o));
@@ -1455,6 +1457,8 @@ py_shaw_embed(PyObject *Py_UNUSED(self), PyObject *args)
     }
     if (check_extent(0, q, k, PE_MAX_EXTENT) < 0)
         return NULL;
+    if (q == 0 || k == 0 || dim == 0)   /* empty: the kernel would still walk q rows */
+        Py_RETURN_NONE;
     table = PyArray_DATA((PyArrayObject *)table_o);
     out = PyArray_DATA((PyArrayObject *)out_o);
     Py_BEGIN_ALLOW_THREADS
@@ -1503,6 +1507,10 @@ py_shaw_embed_backward(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     grad = PyArray_DATA((PyArrayObject *)grad_o);
     out = PyArray_DATA((PyArrayObject *)out_o);
+    if (q == 0 || k == 0 || dim == 0) {   /* no addends: the kernel would walk q rows */
+        memset(out, 0, (size_t)PyArray_NBYTES((PyArrayObject *)out_o));
+        Py_RETURN_NONE;
+    }
     Py_BEGIN_ALLOW_THREADS
     if (typenum == NPY_FLOAT)
         rc = pe_shaw_embed_back_f32(q, k, K, dim, (const float *)grad, (float *)out);
@@ -1638,6 +1646,8 @@ py_causal_mask(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     if (window > PE_MAX_EXTENT)   /* wider than any mask: no window */
         window = -1;
+    if (q == 0 || k == 0)         /* empty: the kernel would still walk q rows */
+        Py_RETURN_NONE;
     Py_BEGIN_ALLOW_THREADS
     pe_causal_mask(q, k, offset, window,
                    (unsigned char *)PyArray_DATA((PyArrayObject *)out_o));

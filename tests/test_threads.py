@@ -110,3 +110,96 @@ def test_fork_after_pool_used(restore_threads):
     p.join(timeout=60)
     assert p.exitcode == 0
     assert got == want
+
+
+# ---------------------------------------------------------------- every family
+
+def _family_calls():
+    """(name, thunk) pairs over shared inputs, one or more per kernel family;
+    sizes large enough that the pool splits the work."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 8, 256, 64), dtype=np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(256), 64)
+    xs = rng.standard_normal((8, 512, 128), dtype=np.float32)
+    w = rng.standard_normal((1024, 128), dtype=np.float32)
+    pos = rng.integers(0, 1024, 512)
+    t5 = rng.standard_normal((32, 8), dtype=np.float32)
+    g5 = rng.standard_normal((8, 256, 256), dtype=np.float32)
+    sht = rng.standard_normal((33, 64), dtype=np.float32)
+    rope = posemb.RoPE(64, 16)            # shared; its cache grows under the threads
+    ape = posemb.AbsolutePE(128, 4096)
+    return [
+        ("apply_rope", lambda: posemb.apply_rope(x, cos, sin, interleaved=True)),
+        ("RoPE", lambda: rope(x, offset=1000)),
+        ("RoPE.backward", lambda: rope.backward(x[:, :, :100], np.arange(3000, 3100))),
+        ("sinusoidal", lambda: posemb.sinusoidal(2048, 128, start=12345)),
+        ("add_sinusoidal", lambda: posemb.add_sinusoidal(xs, start=7)),
+        ("AbsolutePE", lambda: ape(xs, start=100)),
+        ("learned_pe_forward", lambda: posemb.learned_pe_forward(xs, w, pos)),
+        ("learned_pe_backward", lambda: posemb.learned_pe_backward(xs, pos,
+                                                                   num_positions=1024)),
+        ("t5_relative_bias", lambda: posemb.t5_relative_bias(t5, 512, 512, query_offset=3)),
+        ("t5_relative_bias_backward", lambda: posemb.t5_relative_bias_backward(
+            g5, num_buckets=32, query_length=256, key_length=256)),
+        ("relative_embeddings", lambda: posemb.relative_embeddings(sht, 128, 256)),
+        ("alibi_bias", lambda: posemb.alibi_bias(12, 512, 512)),
+        ("causal_mask", lambda: posemb.causal_mask(1024, 2048, window=100)),
+    ]
+
+
+def test_eight_threads_every_family_match_serial(restore_threads):
+    """8 Python threads on shared inputs, while another changes the thread
+    count, give the serial results for every kernel family."""
+    posemb.set_num_threads(1)
+    calls = _family_calls()
+    want = {name: fn() for name, fn in calls}
+    posemb.set_num_threads(2)
+    errors, stop = [], threading.Event()
+
+    def worker(i):
+        try:
+            for k in range(3):
+                for j, (name, fn) in enumerate(calls):
+                    if (i + j + k) % 2:
+                        continue
+                    got = fn()
+                    if not np.array_equal(got, want[name]):
+                        errors.append(f"thread {i}: {name} differs from serial")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(f"thread {i}: {e!r}")
+
+    def flipper():
+        k = 0
+        while not stop.is_set():
+            posemb.set_num_threads(1 + k % 4)
+            k += 1
+
+    f = threading.Thread(target=flipper)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    f.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    f.join()
+    assert not errors, errors[:5]
+
+
+def _child_families(q):
+    q.put({name: fn().sum(dtype=np.float64) for name, fn in _family_calls()})
+
+
+def test_fork_child_every_family(restore_threads):
+    """A fork()ed child computes every family correctly after the parent used
+    the pool with several threads."""
+    posemb.set_num_threads(3)
+    want = {name: fn().sum(dtype=np.float64) for name, fn in _family_calls()}
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_families, args=(q,))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    assert got == want

@@ -1,0 +1,98 @@
+"""One call of each posemb kernel family on small arrays, and the error paths,
+for .ci/valgrind.sh (memcheck).  Small on purpose: valgrind runs it ~50x slower."""
+import numpy as np
+
+import posemb
+from posemb import _core
+
+rng = np.random.default_rng(0)
+
+
+def expect_error(fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except (TypeError, ValueError, IndexError, MemoryError):
+        return
+    raise AssertionError(f"{fn} did not raise")
+
+
+# RoPE: gufunc path (every dtype, both layouts, partial, strided, in place), grid path, tables
+for dt in (np.float16, np.float32, np.float64):
+    x = rng.standard_normal((2, 5, 10)).astype(dt)
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 8, dtype=dt)
+    for il in (False, True):
+        y = posemb.apply_rope(x, cos, sin, interleaved=il)
+        posemb.apply_rope_backward(y[:, ::-1], cos[::-1], sin[::-1], interleaved=il)
+        posemb.apply_rope(x, cos, sin, interleaved=il, out=x)
+    posemb.rotate_half(x)
+    posemb.neg_half(x, axis=0)
+    xb = rng.standard_normal((2, 4, 64, 64)).astype(dt)
+    cb, sb = posemb.rope_cos_sin(np.arange(64), 64, dtype=dt)
+    posemb.apply_rope(xb, cb, sb)
+    posemb.apply_rope(xb[:, :, ::-1], cb, sb, interleaved=True, out=np.empty_like(xb))
+rope = posemb.RoPE(16, 8, rotary_dim=8)
+rope(rng.standard_normal((3, 12, 16)), offset=2)
+rope.backward(rng.standard_normal((3, 12, 16)).astype(np.float16), np.arange(12))
+posemb.precompute_freqs_cis(16, 8)
+posemb.apply_rotary_emb(np.ones((1, 4, 2, 8)), np.ones((1, 4, 1, 8)),
+                        posemb.precompute_freqs_cis(8, 4))
+posemb.apply_rotary_pos_emb(np.ones((1, 2, 4, 8)), np.ones((1, 1, 4, 8)),
+                            *posemb.rope_cos_sin(np.arange(4)[None], 8))
+
+# sinusoidal
+for dt in (np.float16, np.float32, np.float64):
+    for layout in ("interleaved", "concat"):
+        posemb.sinusoidal(70, 9, start=2**40, layout=layout, dtype=dt)
+        posemb.add_sinusoidal(rng.standard_normal((2, 7, 9)).astype(dt), start=3, layout=layout)
+posemb.AbsolutePE(8, 16)(np.ones((2, 8, 5), np.float32), seq_axis=-1, feature_axis=-2)
+
+# learned
+for dt in (np.float16, np.float32, np.float64):
+    x = rng.standard_normal((3, 6, 8)).astype(dt)
+    w = rng.standard_normal((10, 8)).astype(dt)
+    posemb.learned_pe_forward(x, w, np.array([9, 0, 9, 3, 3, 1]))
+    posemb.learned_pe_backward(x, np.array([9, 0, 9, 3, 3, 1]), num_positions=10)
+    posemb.learned_pe_backward(rng.standard_normal((300, 8)).astype(dt),
+                               rng.integers(0, 10, 300), num_positions=10)
+pe = posemb.LearnedPE(10, 8, seed=0)
+pe.backward(pe(np.ones((2, 4, 8), np.float32), offset=3), offset=3)
+
+# relative
+posemb.t5_relative_position_bucket(np.array([-2**63, -64, -1, 0, 1, 15, 16, 2**63 - 1]))
+for dt in (np.float16, np.float32, np.float64):
+    t = rng.standard_normal((32, 3)).astype(dt)
+    posemb.t5_relative_bias(t, 7, 9, query_offset=-4)
+    posemb.t5_relative_bias_backward(rng.standard_normal((2, 3, 7, 9)).astype(dt),
+                                     num_buckets=32, query_length=7, key_length=9)
+    posemb.relative_embeddings(rng.standard_normal((5, 4)).astype(dt), 6, 8)
+    posemb.relative_embeddings_backward(rng.standard_normal((6, 8, 4)).astype(dt), 2, 6, 8)
+posemb.relative_position_index(6, 9, 3)
+
+# ALiBi, masks, attention
+posemb.alibi_bias(6, 5, 9, dtype=np.float16)
+posemb.alibi_bias([0.5, 0.25], 5, 9, symmetric=True, query_offset=-3)
+posemb.causal_mask(5, 9, window=3)
+posemb.padding_mask([0, 3, 9], 9, side="left")
+posemb.create_padding_mask([1, 4], 5)
+posemb.scaled_dot_product_attention(np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 2)),
+                                    mask=posemb.causal_mask(3, 5),
+                                    bias=posemb.alibi_bias(2, 3, 5))
+
+# error paths: Python checks and the C functions' own checks
+expect_error(posemb.apply_rope, np.ones((3, 4)), np.ones((3, 6)), np.ones((3, 6)))
+expect_error(posemb.learned_pe_forward, np.ones((3, 4)), np.ones((2, 4)), np.array([0, 1, 2]))
+expect_error(posemb.t5_relative_bias, np.ones((31, 2)), 3, 3)
+expect_error(posemb.RoPE, 2**40, 2**40)
+expect_error(posemb.causal_mask, 2**40, 2**40)
+expect_error(_core._t5_bias, np.ones((32, 2), np.float32), np.ones((3, 3, 3), np.float32),
+             True, 128, 0)
+expect_error(_core._learned_back, np.ones((3, 4), np.float32), np.array([0, 5, 1]),
+             np.zeros((4, 4), np.float32))
+expect_error(_core._shaw_embed, np.ones((4, 2)), np.ones((3, 3, 2)))
+expect_error(_core._sinusoidal_table, -1, np.ones(2), False, np.ones((2, 4)))
+xg = np.ones((1, 1, 2, 4))
+expect_error(_core._rope_grid, 0, xg, np.ones((1, 1, 2, 4)), np.ones((1, 1, 2, 4)), xg[..., ::-1])
+expect_error(_core._padding_mask, np.array([5]), np.zeros((1, 3), bool), False)
+posemb.set_num_threads(1)
+posemb.apply_rope(xb, cb, sb)
+print("valgrind driver: done")

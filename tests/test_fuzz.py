@@ -1,0 +1,44 @@
+"""Run the API fuzzer (tests/fuzz_api.py) in a subprocess, so that a crash
+(segfault, abort) shows as a signal instead of killing the test run.
+
+100,000 cases with cheap arguments; POSEMB_FUZZ_SEED picks another seed,
+POSEMB_FUZZ_CASES another count.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import posemb
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_fuzz_public_api_never_crashes():
+    cases = int(os.environ.get("POSEMB_FUZZ_CASES", "100000"))
+    seed = int(os.environ.get("POSEMB_FUZZ_SEED", "0"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(posemb.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    if "asan" in env.get("LD_PRELOAD", ""):
+        # The fuzzer caps its address space, except under ASan (whose shadow
+        # memory is reserved up front); there, fail allocations above 4 GB
+        # instead, or a fuzzed size of 2**31 rows pages the machine to death.
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + \
+            ":allocator_may_return_null=1:max_allocation_size_mb=4096"
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "fuzz_api.py"), str(cases),
+                           str(seed)], env=env, capture_output=True, text=True, timeout=1800)
+    tail = (proc.stdout[-4000:] + proc.stderr[-4000:])
+    if proc.returncode < 0:
+        raise AssertionError(f"fuzzer crashed with {signal.Signals(-proc.returncode).name}:\n"
+                             f"{tail}")
+    print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else tail)
+    m = re.search(r"fuzz cases: (\d+) returned: (\d+) raised: (\d+) failures: (\d+)",
+                  proc.stdout)
+    assert m, tail
+    n, returned, raised, failures = map(int, m.groups())
+    assert n == cases >= 100_000 or "POSEMB_FUZZ_CASES" in os.environ
+    assert returned + raised + failures == n
+    assert failures == 0 and proc.returncode == 0, tail
+    assert returned > n // 4      # the plausible arguments do reach the kernels
