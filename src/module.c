@@ -54,21 +54,62 @@ add_gufunc(PyObject *module, const char *name, const char *doc,
     return rc;
 }
 
-/* Check a C-contiguous array of the given dtype and rank; 0 or -1. */
+/*
+ * Argument checks for the plain-function bindings (each raises an error
+ * naming the argument and returns -1, or returns 0).  PE_ANY_FLOAT as a
+ * type number accepts float16, float32 and float64.
+ */
+#define PE_ANY_FLOAT (-1)
+
+static const char *
+type_name(int typenum)
+{
+    switch (typenum) {
+    case NPY_HALF: return "float16";
+    case NPY_FLOAT: return "float32";
+    case NPY_DOUBLE: return "float64";
+    case NPY_INT64: return "int64";
+    case PE_ANY_FLOAT: return "float16, float32 or float64";
+    default: return "another dtype";
+    }
+}
+
+/* The float type number of an ndarray (float16 only if allow_half), or -1. */
 static int
-check_array(PyObject *obj, const char *name, int typenum, int ndim,
-            int writeable)
+float_type_of(PyObject *obj, const char *name, int allow_half)
+{
+    int t;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
+        return -1;
+    }
+    t = PyArray_TYPE((PyArrayObject *)obj);
+    if (t == NPY_FLOAT || t == NPY_DOUBLE || (allow_half && t == NPY_HALF))
+        return t;
+    PyErr_Format(PyExc_TypeError, "%s must have dtype %s", name,
+                 allow_half ? "float16, float32 or float64"
+                            : "float32 or float64");
+    return -1;
+}
+
+/* An aligned ndarray of the dtype (native byte order) and rank, any strides. */
+static int
+check_strided(PyObject *obj, const char *name, int typenum, int ndim,
+              int writeable)
 {
     PyArrayObject *a;
+    int t;
     if (!PyArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
         return -1;
     }
     a = (PyArrayObject *)obj;
-    if (PyArray_TYPE(a) != typenum || !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)) {
+    t = PyArray_TYPE(a);
+    if ((typenum == PE_ANY_FLOAT ? (t != NPY_HALF && t != NPY_FLOAT && t != NPY_DOUBLE)
+                                 : t != typenum) ||
+        !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)) {
         PyErr_Format(PyExc_TypeError, "%s must have dtype %s in native byte order",
-                     name, typenum == NPY_INT64 ? "int64"
-                           : typenum == NPY_FLOAT ? "float32" : "float64");
+                     name, type_name(typenum));
         return -1;
     }
     if (PyArray_NDIM(a) != ndim) {
@@ -76,13 +117,26 @@ check_array(PyObject *obj, const char *name, int typenum, int ndim,
                      name, ndim, PyArray_NDIM(a));
         return -1;
     }
-    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous and aligned",
-                     name);
+    if (!PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be aligned", name);
         return -1;
     }
     if (writeable && !PyArray_ISWRITEABLE(a)) {
         PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* As check_strided, and C-contiguous. */
+static int
+check_array(PyObject *obj, const char *name, int typenum, int ndim,
+            int writeable)
+{
+    if (check_strided(obj, name, typenum, ndim, writeable) < 0)
+        return -1;
+    if (!PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj)) {
+        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous", name);
         return -1;
     }
     return 0;
@@ -117,6 +171,17 @@ extents_overlap(PyArrayObject *a, PyArrayObject *b)
     array_extent(a, &alo, &ahi);
     array_extent(b, &blo, &bhi);
     return alo < bhi && blo < ahi && alo != ahi && blo != bhi;
+}
+
+/* a and b must not share memory (conservative: byte extents) */
+static int
+check_disjoint(PyObject *a, const char *na, PyObject *b, const char *nb)
+{
+    if (extents_overlap((PyArrayObject *)a, (PyArrayObject *)b)) {
+        PyErr_Format(PyExc_ValueError, "%s and %s must not share memory", na, nb);
+        return -1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -316,39 +381,6 @@ py_rope_table(PyObject *Py_UNUSED(self), PyObject *args)
 }
 
 
-/*
- * _rope_grid(kind, x, cos, sin, out): the position-blocked fast path of
- * posemb.apply_rope for (B, H, S, d) arrays whose tables are (B|1, 1, S|1, r).
- * x, out: 4-d, same shape and dtype (float16/32/64, native, aligned), any
- * strides; out writeable and either exactly x or not overlapping it.
- * cos, sin: 4-d, the same dtype, axis 1 of length 1, broadcastable.
- */
-static int
-grid_operand(PyObject *obj, const char *name, int typenum, int writeable)
-{
-    PyArrayObject *a;
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
-        return -1;
-    }
-    a = (PyArrayObject *)obj;
-    if (PyArray_NDIM(a) != 4) {
-        PyErr_Format(PyExc_ValueError, "%s must have 4 dimensions", name);
-        return -1;
-    }
-    if (PyArray_TYPE(a) != typenum || !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)
-        || !PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s must have x's dtype, native byte order, aligned", name);
-        return -1;
-    }
-    if (writeable && !PyArray_ISWRITEABLE(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *
 py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -375,10 +407,10 @@ py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
         PyErr_SetString(PyExc_TypeError, "x must be float16, float32 or float64");
         return NULL;
     }
-    if (grid_operand(xo, "x", typenum, 0) < 0 ||
-        grid_operand(co, "cos", typenum, 0) < 0 ||
-        grid_operand(so, "sin", typenum, 0) < 0 ||
-        grid_operand(yo, "out", typenum, 1) < 0)
+    if (check_strided(xo, "x", typenum, 4, 0) < 0 ||
+        check_strided(co, "cos", typenum, 4, 0) < 0 ||
+        check_strided(so, "sin", typenum, 4, 0) < 0 ||
+        check_strided(yo, "out", typenum, 4, 1) < 0)
         return NULL;
     x = (PyArrayObject *)xo;
     c = (PyArrayObject *)co;
@@ -585,41 +617,6 @@ register_rope(PyObject *m)
 /* RoPE variants: packed variable-length batches (rope_varlen.c)        */
 /* ------------------------------------------------------------------ */
 
-/* Check an aligned, native-byte-order array of a float type and rank. */
-static int
-check_float_array(PyObject *obj, const char *name, int ndim, int writeable)
-{
-    PyArrayObject *a;
-    int t;
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
-        return -1;
-    }
-    a = (PyArrayObject *)obj;
-    t = PyArray_TYPE(a);
-    if ((t != NPY_HALF && t != NPY_FLOAT && t != NPY_DOUBLE) ||
-        !PyArray_ISNBO(PyArray_DESCR(a)->byteorder)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s must be float16, float32 or float64 in native byte order",
-                     name);
-        return -1;
-    }
-    if (PyArray_NDIM(a) != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s must have %d dimensions, got %d", name,
-                     ndim, PyArray_NDIM(a));
-        return -1;
-    }
-    if (!PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be aligned", name);
-        return -1;
-    }
-    if (writeable && !PyArray_ISWRITEABLE(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be writeable", name);
-        return -1;
-    }
-    return 0;
-}
-
 /* Turn a pe_rope_varlen_check code into a Python exception. */
 static void
 varlen_error(int rc, const pe_rope_varlen *a, ptrdiff_t w)
@@ -690,10 +687,10 @@ py_rope_varlen(PyObject *Py_UNUSED(self), PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOppO:_rope_varlen", &x_o, &cu_o, &off_o,
                           &cos_o, &sin_o, &interleaved, &backward, &out_o))
         return NULL;
-    if (check_float_array(x_o, "x", 3, 0) < 0 ||
-        check_float_array(out_o, "out", 3, 1) < 0 ||
-        check_float_array(cos_o, "cos", 2, 0) < 0 ||
-        check_float_array(sin_o, "sin", 2, 0) < 0 ||
+    if (check_strided(x_o, "x", PE_ANY_FLOAT, 3, 0) < 0 ||
+        check_strided(out_o, "out", PE_ANY_FLOAT, 3, 1) < 0 ||
+        check_strided(cos_o, "cos", PE_ANY_FLOAT, 2, 0) < 0 ||
+        check_strided(sin_o, "sin", PE_ANY_FLOAT, 2, 0) < 0 ||
         check_array(cu_o, "cu_seqlens", NPY_INT64, 1, 0) < 0)
         return NULL;
     x = (PyArrayObject *)x_o;
@@ -966,15 +963,6 @@ static const char learned_fwd_types[12] = {
     NPY_DOUBLE, NPY_INT64, NPY_DOUBLE, NPY_DOUBLE};
 static void *learned_fwd_data[3];
 
-/* Do two C-contiguous arrays share any byte? */
-static int
-learned_overlap(PyArrayObject *a, PyArrayObject *b)
-{
-    const char *a0 = PyArray_BYTES(a), *b0 = PyArray_BYTES(b);
-    const npy_intp na = PyArray_NBYTES(a), nb = PyArray_NBYTES(b);
-    return na > 0 && nb > 0 && a0 < b0 + nb && b0 < a0 + na;
-}
-
 /*
  * _learned_back(grad_out, positions, grad_weight)
  * grad_out: float16/32/64 (n, d); positions: int64 (n,), each in [0, m);
@@ -1028,7 +1016,7 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
                      (Py_ssize_t)d, (Py_ssize_t)PyArray_DIM(gw, 1));
         return NULL;
     }
-    if (learned_overlap(gw, g) || learned_overlap(gw, pos)) {
+    if (extents_overlap(gw, g) || extents_overlap(gw, pos)) {
         PyErr_SetString(PyExc_ValueError,
                         "grad_weight must not share memory with grad_out or "
                         "positions");
@@ -1103,64 +1091,6 @@ register_learned(PyObject *m)
 /* Largest size or |offset| the bias and mask functions accept: keeps
  * every key - query difference well inside int64. */
 #define PE_MAX_EXTENT ((npy_int64)1 << 61)
-
-/* Like check_array, for any dtype: the message names dtype_name. */
-static int
-check_typed(PyObject *obj, const char *name, int typenum,
-            const char *dtype_name, int ndim, int writeable)
-{
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
-        return -1;
-    }
-    if (PyArray_TYPE((PyArrayObject *)obj) != typenum ||
-        !PyArray_ISNBO(PyArray_DESCR((PyArrayObject *)obj)->byteorder)) {
-        PyErr_Format(PyExc_TypeError, "%s must have dtype %s in native byte order",
-                     name, dtype_name);
-        return -1;
-    }
-    return check_array(obj, name, typenum, ndim, writeable);
-}
-
-/* The float type of obj (float16 only when allow_half), or -1. */
-static int
-float_type_of(PyObject *obj, const char *name, int allow_half)
-{
-    int t;
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray", name);
-        return -1;
-    }
-    t = PyArray_TYPE((PyArrayObject *)obj);
-    if (t == NPY_FLOAT || t == NPY_DOUBLE || (allow_half && t == NPY_HALF))
-        return t;
-    PyErr_Format(PyExc_TypeError, "%s must have dtype %s", name,
-                 allow_half ? "float16, float32 or float64"
-                            : "float32 or float64");
-    return -1;
-}
-
-static const char *
-float_type_name(int typenum)
-{
-    return typenum == NPY_HALF ? "float16"
-           : typenum == NPY_FLOAT ? "float32" : "float64";
-}
-
-/* -1 with ValueError if the byte ranges of two arrays overlap. */
-static int
-check_disjoint(PyObject *a, const char *na, PyObject *b, const char *nb)
-{
-    const char *pa = PyArray_BYTES((PyArrayObject *)a);
-    const char *pb = PyArray_BYTES((PyArrayObject *)b);
-    const npy_intp la = PyArray_NBYTES((PyArrayObject *)a);
-    const npy_intp lb = PyArray_NBYTES((PyArrayObject *)b);
-    if (la > 0 && lb > 0 && pa < pb + lb && pb < pa + la) {
-        PyErr_Format(PyExc_ValueError, "%s and %s must not share memory", na, nb);
-        return -1;
-    }
-    return 0;
-}
 
 /* -1 with ValueError unless |offset| and the sizes are <= limit. */
 static int
@@ -1289,8 +1219,8 @@ py_t5_bias(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     if ((typenum = float_type_of(table_o, "table", 1)) < 0)
         return NULL;
-    if (check_typed(table_o, "table", typenum, float_type_name(typenum), 2, 0) < 0 ||
-        check_typed(out_o, "out", typenum, float_type_name(typenum), 3, 1) < 0 ||
+    if (check_array(table_o, "table", typenum, 2, 0) < 0 ||
+        check_array(out_o, "out", typenum, 3, 1) < 0 ||
         check_disjoint(table_o, "table", out_o, "out") < 0)
         return NULL;
     nbk = PyArray_DIM((PyArrayObject *)table_o, 0);
@@ -1347,8 +1277,8 @@ py_t5_bias_backward(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     if ((typenum = float_type_of(grad_o, "grad_bias", 0)) < 0)
         return NULL;
-    if (check_typed(grad_o, "grad_bias", typenum, float_type_name(typenum), 3, 0) < 0 ||
-        check_typed(out_o, "out", typenum, float_type_name(typenum), 2, 1) < 0 ||
+    if (check_array(grad_o, "grad_bias", typenum, 3, 0) < 0 ||
+        check_array(out_o, "out", typenum, 2, 1) < 0 ||
         check_disjoint(grad_o, "grad_bias", out_o, "out") < 0)
         return NULL;
     heads = PyArray_DIM((PyArrayObject *)grad_o, 0);
@@ -1441,8 +1371,8 @@ py_shaw_embed(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     if ((typenum = float_type_of(table_o, "table", 1)) < 0)
         return NULL;
-    if (check_typed(table_o, "table", typenum, float_type_name(typenum), 2, 0) < 0 ||
-        check_typed(out_o, "out", typenum, float_type_name(typenum), 3, 1) < 0 ||
+    if (check_array(table_o, "table", typenum, 2, 0) < 0 ||
+        check_array(out_o, "out", typenum, 3, 1) < 0 ||
         check_disjoint(table_o, "table", out_o, "out") < 0)
         return NULL;
     if ((K = shaw_clip(table_o, "table")) < 0)
@@ -1489,8 +1419,8 @@ py_shaw_embed_backward(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     if ((typenum = float_type_of(grad_o, "grad", 0)) < 0)
         return NULL;
-    if (check_typed(grad_o, "grad", typenum, float_type_name(typenum), 3, 0) < 0 ||
-        check_typed(out_o, "out", typenum, float_type_name(typenum), 2, 1) < 0 ||
+    if (check_array(grad_o, "grad", typenum, 3, 0) < 0 ||
+        check_array(out_o, "out", typenum, 2, 1) < 0 ||
         check_disjoint(grad_o, "grad", out_o, "out") < 0)
         return NULL;
     if ((K = shaw_clip(out_o, "out")) < 0)
@@ -1580,7 +1510,7 @@ py_alibi_bias(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     if ((typenum = float_type_of(out_o, "out", 0)) < 0)
         return NULL;
-    if (check_typed(out_o, "out", typenum, float_type_name(typenum), 3, 1) < 0 ||
+    if (check_array(out_o, "out", typenum, 3, 1) < 0 ||
         check_disjoint(slopes_o, "slopes", out_o, "out") < 0)
         return NULL;
     heads = PyArray_DIM((PyArrayObject *)slopes_o, 0);
@@ -1638,7 +1568,7 @@ py_causal_mask(PyObject *Py_UNUSED(self), PyObject *args)
 
     if (!PyArg_ParseTuple(args, "OLL:_causal_mask", &out_o, &offset, &window))
         return NULL;
-    if (check_typed(out_o, "out", NPY_BOOL, "bool", 2, 1) < 0)
+    if (check_array(out_o, "out", NPY_BOOL, 2, 1) < 0)
         return NULL;
     q = PyArray_DIM((PyArrayObject *)out_o, 0);
     k = PyArray_DIM((PyArrayObject *)out_o, 1);
@@ -1670,7 +1600,7 @@ py_padding_mask(PyObject *Py_UNUSED(self), PyObject *args)
     if (!PyArg_ParseTuple(args, "OOp:_padding_mask", &len_o, &out_o, &left))
         return NULL;
     if (check_array(len_o, "lengths", NPY_INT64, 1, 0) < 0 ||
-        check_typed(out_o, "out", NPY_BOOL, "bool", 2, 1) < 0 ||
+        check_array(out_o, "out", NPY_BOOL, 2, 1) < 0 ||
         check_disjoint(len_o, "lengths", out_o, "out") < 0)
         return NULL;
     batch = PyArray_DIM((PyArrayObject *)len_o, 0);
