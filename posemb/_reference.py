@@ -22,6 +22,12 @@ __all__ = [
     "rotate_half",
     "precompute_freqs_cis",
     "apply_rotary_emb",
+    "rope_scaling",
+    "apply_rope_varlen",
+    "convert_rope_layout",
+    "mrope_cos_sin",
+    "axial_rope_cos_sin",
+    "xpos_cos_sin",
     "sinusoidal",
     "learned_forward",
     "learned_backward",
@@ -138,6 +144,186 @@ def apply_rotary_emb(xq, xk, freqs_cis):
         y = np.stack([yc.real, yc.imag], axis=-1).reshape(x.shape)
         res.append(y)
     return res[0], res[1]
+
+
+# ------------------------------------------------------------------ RoPE scaling and variants
+
+def rope_scaling(dim: int, base: float = 10000.0, scaling=None, *,
+                 max_position_embeddings=None, seq_len=None):
+    """``(inv_freq, attention_factor)`` of HF ``modeling_rope_utils.py`` (REFERENCE.md),
+    one frequency at a time in float64."""
+    cfg = dict(scaling or {})
+    kind = cfg.get("rope_type", cfg.get("type", "default"))
+    kind = "default" if kind == "mrope" else kind
+    h = dim // 2
+    plain = [float(base) ** (-(2.0 * i) / dim) for i in range(h)]
+    attn = 1.0
+    if kind == "default":
+        inv = plain
+    elif kind == "linear":
+        inv = [w / float(cfg["factor"]) for w in plain]
+    elif kind == "dynamic":
+        factor, mp = float(cfg["factor"]), int(max_position_embeddings)
+        L = max(seq_len or 0, mp)
+        if L > mp:
+            b = float(base) * (factor * L / mp - (factor - 1.0)) ** (dim / (dim - 2))
+            inv = [b ** (-(2.0 * i) / dim) for i in range(h)]
+        else:
+            inv = plain
+    elif kind == "llama3":
+        factor, low, high = (float(cfg[k]) for k in ("factor", "low_freq_factor",
+                                                       "high_freq_factor"))
+        orig = int(cfg["original_max_position_embeddings"])
+        lw, hw = orig / low, orig / high
+        inv = []
+        for w in plain:
+            wl = 2.0 * math.pi / w
+            if wl < hw:
+                inv.append(w)
+            elif wl > lw:
+                inv.append(w / factor)
+            else:
+                s = (orig / wl - low) / (high - low)
+                inv.append((1.0 - s) * w / factor + s * w)
+    elif kind == "yarn":
+        factor = float(cfg["factor"])
+        orig = int(cfg.get("original_max_position_embeddings") or max_position_embeddings)
+
+        def m(scale, mscale=1.0):
+            return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+
+        if cfg.get("attention_factor") is not None:
+            attn = float(cfg["attention_factor"])
+        elif cfg.get("mscale") and cfg.get("mscale_all_dim"):
+            attn = m(factor, float(cfg["mscale"])) / m(factor, float(cfg["mscale_all_dim"]))
+        else:
+            attn = m(factor)
+
+        def cd(r):
+            return dim * math.log(orig / (r * 2.0 * math.pi)) / (2.0 * math.log(base))
+
+        lo, hi = cd(float(cfg.get("beta_fast") or 32)), cd(float(cfg.get("beta_slow") or 1))
+        if cfg.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        inv = []
+        for i, w in enumerate(plain):
+            ramp = min(max((i - lo) / (hi - lo), 0.0), 1.0)
+            inv.append((w / factor) * ramp + w * (1.0 - ramp))
+    elif kind == "longrope":
+        orig = int(cfg.get("original_max_position_embeddings") or max_position_embeddings)
+        long = seq_len is not None and seq_len > orig
+        ext = [float(v) for v in cfg["long_factor" if long else "short_factor"]]
+        inv = [1.0 / (ext[i] * float(base) ** ((2.0 * i) / dim)) for i in range(h)]
+        if cfg.get("factor") is not None:
+            factor = float(cfg["factor"])
+        elif max_position_embeddings is not None:
+            factor = max_position_embeddings / orig
+        else:
+            factor = 1.0
+        if cfg.get("attention_factor") is not None:
+            attn = float(cfg["attention_factor"])
+        elif factor > 1.0:
+            attn = math.sqrt(1.0 + math.log(factor) / math.log(orig))
+    else:
+        raise ValueError(kind)
+    return np.array(inv, np.float64), float(attn)
+
+
+def apply_rope_varlen(x, cu_seqlens, cos, sin, *, interleaved: bool = False, offset=0):
+    """A packed ``(total, heads, d)`` batch: sequence ``b`` (tokens ``cu[b] .. cu[b+1]-1``)
+    rotated by table rows ``offset[b] .. offset[b] + len - 1``, one sequence at a time."""
+    x = np.asarray(x, dtype=np.float64)
+    cu = [int(v) for v in np.asarray(cu_seqlens).reshape(-1)]
+    off = np.broadcast_to(np.asarray(offset, dtype=object), (len(cu) - 1,))
+    cos = np.asarray(cos, dtype=np.float64)
+    sin = np.asarray(sin, dtype=np.float64)
+    y = np.array(x)
+    for b in range(len(cu) - 1):
+        rows = int(off[b]) + np.arange(cu[b + 1] - cu[b])
+        seg = x[cu[b]:cu[b + 1]]                               # (len, heads, d)
+        y[cu[b]:cu[b + 1]] = apply_rope(seg, cos[rows][:, None], sin[rows][:, None],
+                                        interleaved=interleaved)
+    return y
+
+
+def convert_rope_layout(weight, num_heads: int, *, to: str = "half", rotary_dim=None):
+    """HF ``convert_llama_weights_to_hf.permute``: within each head, rows
+    ``(2i, 2i+1)`` become ``(i, i + r/2)`` (``to="half"``), or the inverse."""
+    w = np.asarray(weight)
+    head_dim = w.shape[0] // num_heads
+    r = head_dim if rotary_dim is None else rotary_dim
+    out = np.array(w)
+    for hd in range(num_heads):
+        base = hd * head_dim
+        for i in range(r // 2):
+            for j in range(2):                     # interleaved row 2i + j <-> half row j*r/2 + i
+                inter, half = base + 2 * i + j, base + j * (r // 2) + i
+                if to == "half":
+                    out[half] = w[inter]
+                else:
+                    out[inter] = w[half]
+    return out
+
+
+def _band_tables(positions_per_band, inv_per_band, interleaved: bool):
+    """Full-width tables where consecutive frequency bands use their own positions."""
+    h = sum(len(f) for f in inv_per_band)
+    shape = np.asarray(positions_per_band[0]).shape
+    cos = np.zeros(shape + (2 * h,), np.float64)
+    sin = np.zeros(shape + (2 * h,), np.float64)
+    i = 0
+    for pos, inv in zip(positions_per_band, inv_per_band):
+        pos = np.asarray(pos)
+        for w in inv:
+            for idx in np.ndindex(shape):
+                a = float(int(pos[idx])) * float(w)
+                c, s = math.cos(a), math.sin(a)
+                for col in ((2 * i, 2 * i + 1) if interleaved else (i, i + h)):
+                    cos[idx + (col,)] = c
+                    sin[idx + (col,)] = s
+            i += 1
+    return cos, sin
+
+
+def mrope_cos_sin(positions, dim: int, mrope_section, base: float = 10000.0, *,
+                  interleaved: bool = False):
+    """Qwen2-VL: frequency band ``j`` of ``mrope_section`` rotates at ``positions[j]``."""
+    pos = np.asarray(positions)
+    w = inv_freq(dim, base)
+    bands, a = [], 0
+    for n in mrope_section:
+        bands.append(w[a:a + n])
+        a += n
+    return _band_tables([pos[j] for j in range(len(bands))], bands, interleaved)
+
+
+def axial_rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleaved: bool = False):
+    """Axis ``j`` of ``positions[..., j]`` rotates group ``j`` of ``dim / n_axes`` features
+    with the frequencies of a RoPE of that width."""
+    pos = np.asarray(positions)
+    axes = pos.shape[-1]
+    w = inv_freq(dim // axes, base)
+    return _band_tables([pos[..., j] for j in range(axes)], [w] * axes, interleaved)
+
+
+def xpos_cos_sin(positions, dim: int, base: float = 10000.0, *, scale_base: float = 512.0,
+                 center: float = 0.0, interleaved: bool = False):
+    """Sun et al.: ``zeta_i = (2i + 0.4 dim) / (1.4 dim)``, ``power = (p - center) / scale_base``;
+    ``(cos*z**power, sin*z**power, cos/z**power, sin/z**power)``."""
+    pos = np.asarray(positions)
+    cos, sin = rope_cos_sin(pos, dim, base, interleaved=interleaved)
+    h = dim // 2
+    scale = np.zeros(pos.shape + (dim,), np.float64)
+    for idx in np.ndindex(pos.shape):
+        power = (float(int(pos[idx])) - float(center)) / float(scale_base)
+        for i in range(h):
+            z = ((2.0 * i + 0.4 * dim) / (1.4 * dim)) ** power
+            for col in ((2 * i, 2 * i + 1) if interleaved else (i, i + h)):
+                scale[idx + (col,)] = z
+    return cos * scale, sin * scale, cos / scale, sin / scale
 
 
 # ------------------------------------------------------------------ sinusoidal
