@@ -79,6 +79,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     >>> bool(np.array_equal(y[3:], posemb.apply_rope(x[3:], cos[:4, None], sin[:4, None])))
     True
     """
+    interleaved = _checks.flag(interleaved, "interleaved")
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     x = _checks.float_operand(x, "x")
