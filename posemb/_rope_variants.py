@@ -105,6 +105,8 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     nseq = cu.size - 1
     if np.ndim(offset) == 0:
         start = _checks.size(offset, "offset")
+        if start > np.iinfo(np.int64).max:
+            raise IndexError(f"offset={start} is past the {cos.shape[0]} rows of cos/sin")
         offsets = None if start == 0 else np.full(nseq, start, dtype=np.int64)
     else:
         offsets = _int64_vector(offset, "offset")
