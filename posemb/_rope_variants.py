@@ -123,7 +123,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     else:
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-        if out.dtype != work:
+        if out.dtype.newbyteorder("=") != work:     # byte-swapped: written via a temporary
             raise TypeError(f"out must have the result dtype {work}, got {out.dtype}")
         if out.shape != x.shape:
             raise ValueError(f"out must have x's shape {x.shape}, got {out.shape}")
