@@ -776,6 +776,7 @@ class RoPE:
         >>> qi is q and bool(np.array_equal(q, qr))
         True
         """
+        inplace = _checks.flag(inplace, "inplace")
         if inplace:
             for name, t in (("q", q), ("k", k)):
                 if not isinstance(t, np.ndarray):
