@@ -1188,3 +1188,34 @@ def test_empty_results_with_a_huge_axis_return_at_once(call, shape):
     assert got.shape == shape
     if got.size:
         assert not got.any()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed", "transposed", "swapped",
+                                    "readonly", "unaligned", "zero-stride", "float16", "list"])
+@pytest.mark.parametrize("which", ["q", "k"])
+def test_apply_qk_inplace_rotates_in_place_or_refuses(layout, which):
+    """RoPE.apply_qk(inplace=True) either rotates q and k in their own memory and
+    returns them, or raises an error naming the one it cannot write -- never a
+    silent copy that leaves the caller's array unrotated."""
+    q0, k0 = _x((2, 4, 3, 8)), _x((2, 2, 3, 8), seed=1)
+    arrs = {"q": q0.copy(), "k": k0.copy()}
+    a = arrs[which]
+    if layout == "zero-stride":
+        a = np.broadcast_to(a[:, :, :1], a.shape)
+    elif layout == "float16":
+        a = a.astype(np.float16)
+    elif layout == "list":
+        a = a.tolist()
+    else:
+        a = lay(a, a.dtype, layout)
+    arrs[which] = a
+    off = np.array([1, 4])
+    want = ROPE.apply_qk(np.array(arrs["q"]), np.array(arrs["k"]), offset=off)
+    try:
+        qr, kr = ROPE.apply_qk(arrs["q"], arrs["k"], offset=off, inplace=True)
+    except (TypeError, ValueError) as e:
+        assert which in str(e)
+        return
+    assert qr is arrs["q"] and kr is arrs["k"]
+    np.testing.assert_allclose(np.asarray(qr, np.float64), want[0], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(kr, np.float64), want[1], rtol=1e-3, atol=1e-3)
