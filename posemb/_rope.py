@@ -782,6 +782,9 @@ class RoPE:
                 if not isinstance(t, np.ndarray):
                     raise TypeError(f"inplace=True needs {name} to be a numpy.ndarray, "
                                     f"got {type(t).__name__}")
+                if not t.dtype.isnative:   # float_operand would rotate a native copy
+                    raise ValueError(f"inplace=True needs {name} in native byte order, "
+                                     f"got {t.dtype}")
         q = _checks.float_operand(q, "q")
         k = _checks.float_operand(k, "k")
         if len(k.shape) == 0 or k.shape[-1] != self.head_size:
