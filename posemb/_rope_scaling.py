@@ -231,7 +231,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
             return dim * math.log(orig / (rotations * 2.0 * math.pi)) / (2.0 * math.log(base))
 
         low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-        if cfg.get("truncate", True):
+        if _checks.flag(cfg.get("truncate", True), "scaling['truncate']"):
             low, high = math.floor(low), math.ceil(high)
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
