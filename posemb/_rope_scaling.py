@@ -247,7 +247,10 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         ext = {}
         for key in ("short_factor", "long_factor"):
             try:
-                arr = np.asarray(cfg[key], dtype=np.float64)
+                arr = np.asarray(cfg[key])
+                if arr.dtype.kind not in "iuf":     # bools and strings are not factors
+                    raise TypeError
+                arr = arr.astype(np.float64)
             except (TypeError, ValueError):
                 raise TypeError(f"scaling[{key!r}] must be a list of numbers") from None
             if arr.shape != (dim // 2,):
