@@ -270,6 +270,10 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         elif factor <= 1.0:
             attention = 1.0
         else:
+            if orig < 2:    # ln(orig) = 0: no attention factor exists
+                raise ValueError(
+                    f"scaling of rope_type 'longrope' with factor {factor} > 1 needs an original "
+                    f"context length (original_max_position_embeddings) >= 2, got {orig}")
             attention = math.sqrt(1.0 + math.log(factor) / math.log(orig))
         which = "long_factor" if seq_len is not None and seq_len > orig else "short_factor"
         return 1.0 / (ext[which] * base ** exponents), float(attention)
