@@ -1219,3 +1219,24 @@ def test_apply_qk_inplace_rotates_in_place_or_refuses(layout, which):
     assert qr is arrs["q"] and kr is arrs["k"]
     np.testing.assert_allclose(np.asarray(qr, np.float64), want[0], rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(np.asarray(kr, np.float64), want[1], rtol=1e-3, atol=1e-3)
+
+
+DEGENERATE = [
+    ("yarn-base-1", lambda: posemb.rope_scaling_parameters(
+        8, 1.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}), "base"),
+    ("yarn-RoPE-base-1", lambda: posemb.RoPE(8, 4, base=1.0, scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}), "base"),
+    ("longrope-orig-1", lambda: posemb.rope_cos_sin(np.arange(3), 8, scaling=dict(
+        _LR, factor=2.0), max_position_embeddings=1), "original_max_position_embeddings"),
+    ("varlen-offset-2**63", lambda: posemb.apply_rope_varlen(XV, CU, VC, VS, offset=2**63),
+     "offset"),
+]
+
+
+@pytest.mark.parametrize("call,match", [(c, m) for _, c, m in DEGENERATE],
+                         ids=[n for n, _, _ in DEGENERATE])
+def test_degenerate_values_are_value_errors(call, match):
+    """Values that pass every type and range check but make a formula divide by
+    zero or overflow are an error naming the argument (not ZeroDivisionError)."""
+    with pytest.raises((ValueError, IndexError), match=match):
+        call()
