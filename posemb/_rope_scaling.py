@@ -213,6 +213,9 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     if rope_type == "yarn":
         factor = _real(cfg, "factor")
         orig = _original_length(cfg, max_position_embeddings, rope_type)
+        if base == 1.0:     # the correction dims divide by ln(base)
+            raise ValueError("base must not be 1 for scaling of rope_type 'yarn' (its "
+                             "correction dims divide by ln(base))")
         attention = cfg.get("attention_factor")
         if attention is not None:
             attention = _real(cfg, "attention_factor")
