@@ -422,7 +422,8 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
             and params.get("original_max_position_embeddings") is None and params):
         params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
 
-    interleaved = bool(cfg.get("rope_interleave", False)) or cfg.get("model_type") == "gptj"
+    interleaved = (_checks.flag(cfg.get("rope_interleave", False), "config['rope_interleave']")
+                   or cfg.get("model_type") == "gptj")
     if seq_len is None:
         seq_len = min(max_pos or 4096, 4096)
     return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,
