@@ -186,7 +186,7 @@ def convert_rope_layout(weight: Any, num_heads: int, *, to: str = "half",
     if w.ndim == 0:
         raise ValueError("weight must have at least one dimension (rows = output features)")
     heads = _checks.size(num_heads, "num_heads", minimum=1)
-    if to not in ("half", "interleaved"):
+    if not isinstance(to, str) or to not in ("half", "interleaved"):
         raise ValueError(f"to must be 'half' or 'interleaved', got {to!r}")
     rows = w.shape[0]
     if rows % heads:
