@@ -313,7 +313,7 @@ def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10
     bounds = np.cumsum([0] + sections)
     bands = [inv[bounds[j]:bounds[j + 1]] for j in range(len(sections))]
     return _sectioned_tables([pos[j] for j in range(len(sections))], bands,
-                             bool(interleaved), dt, attn)
+                             _checks.flag(interleaved, "interleaved"), dt, attn)
 
 
 def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_section: Any,
@@ -424,7 +424,7 @@ def axial_rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
             f"whole pairs)")
     inv = rope_inv_freq(dim // axes, base)
     return _sectioned_tables([pos[..., j] for j in range(axes)], [inv] * axes,
-                             bool(interleaved), dt)
+                             _checks.flag(interleaved, "interleaved"), dt)
 
 # ---------------------------------------------------------------- xPos
 
@@ -468,7 +468,7 @@ def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     scale_base = _checks.positive_float(scale_base, "scale_base")
     center = _checks.finite_float(center, "center")
     inv = rope_inv_freq(dim, base)
-    cos, sin = _tables(pos, inv, bool(interleaved), np.dtype(np.float64))
+    cos, sin = _tables(pos, inv, _checks.flag(interleaved, "interleaved"), np.dtype(np.float64))
     zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
     power = (pos.astype(np.float64) - center) / scale_base
     with np.errstate(over="ignore", under="ignore"):
