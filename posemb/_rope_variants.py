@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
-from ._rope import _tables, apply_rope, rope_inv_freq
+from ._rope import _rope_operands, _run, _tables, rope_inv_freq
 from ._rope_scaling import rope_scaling_parameters
 
 __all__ = [
@@ -367,7 +367,9 @@ def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_se
         sn = np.expand_dims(sn, unsqueeze_dim)
     except np.exceptions.AxisError as e:
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin: {e}") from None
-    return apply_rope(q, cs, sn), apply_rope(k, cs, sn)
+    q, qc, qs = _rope_operands(q, cs, sn, "q")
+    k, kc, ks = _rope_operands(k, cs, sn, "k")
+    return _run(0, q, qc, qs, None, "q"), _run(0, k, kc, ks, None, "k")
 
 # ---------------------------------------------------------------- axial
 
