@@ -353,6 +353,8 @@ def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_se
             f"cos must have at least len(mrope_section) = {len(sections)} tables on axis 0, "
             f"got {cos.shape[0]}")
     unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
+    if unsqueeze_dim >= 2**31:    # np.expand_dims: OverflowError (C int), naming nothing
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
     h = dim // 2
     cs = np.empty(cos.shape[1:], dtype=cos.dtype)
     sn = np.empty(sin.shape[1:], dtype=sin.dtype)
