@@ -1230,6 +1230,8 @@ DEGENERATE = [
         _LR, factor=2.0), max_position_embeddings=1), "original_max_position_embeddings"),
     ("varlen-offset-2**63", lambda: posemb.apply_rope_varlen(XV, CU, VC, VS, offset=2**63),
      "offset"),
+    ("xpos-float16-overflow", lambda: posemb.xpos_cos_sin(np.arange(6000), 8, dtype=np.float16),
+     "center"),
 ]
 
 
