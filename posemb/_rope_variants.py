@@ -485,4 +485,11 @@ def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
             f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos factors "
             f"overflow float64; choose center near the middle of the positions (scale_base="
             f"{scale_base})")
-    return tuple(t.astype(dt) for t in out)  # type: ignore[return-value]
+    with np.errstate(over="ignore"):
+        res = tuple(t.astype(dt) for t in out)
+    if dt != np.float64 and not all(np.isfinite(t).all() for t in res):
+        raise ValueError(
+            f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos factors "
+            f"overflow {dt}; choose center near the middle of the positions (scale_base="
+            f"{scale_base}) or a wider dtype")
+    return res  # type: ignore[return-value]
