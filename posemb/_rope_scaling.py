@@ -285,9 +285,10 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     factor = _real(cfg, "factor")
     low_ff = _real(cfg, "low_freq_factor")
     high_ff = _real(cfg, "high_freq_factor")
-    if high_ff == low_ff:
+    if high_ff <= low_ff:   # else Meta's apply_scaling and HF's formula disagree
         raise ValueError(
-            f"scaling['high_freq_factor'] must differ from scaling['low_freq_factor'], both {low_ff}")
+            f"scaling['high_freq_factor'] must be greater than scaling['low_freq_factor'], got "
+            f"{high_ff} and {low_ff}")
     orig = _length(cfg, "original_max_position_embeddings")
     low_wavelen = orig / low_ff
     high_wavelen = orig / high_ff
