@@ -258,6 +258,8 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     (torch.Size([1, 4, 6, 8]), torch.Size([1, 2, 6, 8]))
     """
     del position_ids  # unused, as in transformers
+    _check(q, "q")
+    _check(k, "k")
     _check(cos, "cos")
     _check(sin, "sin")
     cos = cos.unsqueeze(unsqueeze_dim)
