@@ -262,6 +262,10 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     _check(k, "k")
     _check(cos, "cos")
     _check(sin, "sin")
+    unsqueeze_dim = posemb._checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**63))
+    if not -(cos.ndim + 1) <= unsqueeze_dim <= cos.ndim:   # torch's IndexError names nothing
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
+                         f"{tuple(cos.shape)}")
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
