@@ -623,6 +623,8 @@ class LearnedPositionalEmbedding(nn.Module):
                  dtype: torch.dtype | None = None, device: Any = None) -> None:
         super().__init__()
         _check_device(device)
+        if dtype is not None and dtype not in _FLOATS:   # else torch: "can require gradients"
+            raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
         self.num_positions = posemb._checks.size(num_positions, "num_positions")
         self.embedding_dim = posemb._checks.size(embedding_dim, "embedding_dim")
         self.std = float(std)
