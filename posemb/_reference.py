@@ -11,6 +11,7 @@ well-formed inputs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -148,8 +149,8 @@ def apply_rotary_emb(xq, xk, freqs_cis):
 
 # ------------------------------------------------------------------ RoPE scaling and variants
 
-def rope_scaling(dim: int, base: float = 10000.0, scaling=None, *,
-                 max_position_embeddings=None, seq_len=None):
+def rope_scaling(dim: int, base: float = 10000.0, scaling: Any = None, *,
+                 max_position_embeddings: Any = None, seq_len: Any = None) -> Any:
     """``(inv_freq, attention_factor)`` of HF ``modeling_rope_utils.py`` (REFERENCE.md),
     one frequency at a time in float64."""
     cfg = dict(scaling or {})
@@ -189,7 +190,7 @@ def rope_scaling(dim: int, base: float = 10000.0, scaling=None, *,
         factor = float(cfg["factor"])
         orig = int(cfg.get("original_max_position_embeddings") or max_position_embeddings)
 
-        def m(scale, mscale=1.0):
+        def m(scale: float, mscale: float = 1.0) -> float:
             return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
 
         if cfg.get("attention_factor") is not None:
@@ -199,7 +200,7 @@ def rope_scaling(dim: int, base: float = 10000.0, scaling=None, *,
         else:
             attn = m(factor)
 
-        def cd(r):
+        def cd(r: float) -> float:
             return dim * math.log(orig / (r * 2.0 * math.pi)) / (2.0 * math.log(base))
 
         lo, hi = cd(float(cfg.get("beta_fast") or 32)), cd(float(cfg.get("beta_slow") or 1))
@@ -232,7 +233,8 @@ def rope_scaling(dim: int, base: float = 10000.0, scaling=None, *,
     return np.array(inv, np.float64), float(attn)
 
 
-def apply_rope_varlen(x, cu_seqlens, cos, sin, *, interleaved: bool = False, offset=0):
+def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
+                      interleaved: bool = False, offset: Any = 0) -> np.ndarray:
     """A packed ``(total, heads, d)`` batch: sequence ``b`` (tokens ``cu[b] .. cu[b+1]-1``)
     rotated by table rows ``offset[b] .. offset[b] + len - 1``, one sequence at a time."""
     x = np.asarray(x, dtype=np.float64)
@@ -249,7 +251,8 @@ def apply_rope_varlen(x, cu_seqlens, cos, sin, *, interleaved: bool = False, off
     return y
 
 
-def convert_rope_layout(weight, num_heads: int, *, to: str = "half", rotary_dim=None):
+def convert_rope_layout(weight: Any, num_heads: int, *, to: str = "half",
+                        rotary_dim: Any = None) -> np.ndarray:
     """HF ``convert_llama_weights_to_hf.permute``: within each head, rows
     ``(2i, 2i+1)`` become ``(i, i + r/2)`` (``to="half"``), or the inverse."""
     w = np.asarray(weight)
@@ -268,7 +271,7 @@ def convert_rope_layout(weight, num_heads: int, *, to: str = "half", rotary_dim=
     return out
 
 
-def _band_tables(positions_per_band, inv_per_band, interleaved: bool):
+def _band_tables(positions_per_band: Any, inv_per_band: Any, interleaved: bool) -> Any:
     """Full-width tables where consecutive frequency bands use their own positions."""
     h = sum(len(f) for f in inv_per_band)
     shape = np.asarray(positions_per_band[0]).shape
@@ -288,8 +291,8 @@ def _band_tables(positions_per_band, inv_per_band, interleaved: bool):
     return cos, sin
 
 
-def mrope_cos_sin(positions, dim: int, mrope_section, base: float = 10000.0, *,
-                  interleaved: bool = False):
+def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10000.0, *,
+                  interleaved: bool = False) -> Any:
     """Qwen2-VL: frequency band ``j`` of ``mrope_section`` rotates at ``positions[j]``."""
     pos = np.asarray(positions)
     w = inv_freq(dim, base)
@@ -300,7 +303,8 @@ def mrope_cos_sin(positions, dim: int, mrope_section, base: float = 10000.0, *,
     return _band_tables([pos[j] for j in range(len(bands))], bands, interleaved)
 
 
-def axial_rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleaved: bool = False):
+def axial_rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
+                       interleaved: bool = False) -> Any:
     """Axis ``j`` of ``positions[..., j]`` rotates group ``j`` of ``dim / n_axes`` features
     with the frequencies of a RoPE of that width."""
     pos = np.asarray(positions)
@@ -309,8 +313,8 @@ def axial_rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleave
     return _band_tables([pos[..., j] for j in range(axes)], [w] * axes, interleaved)
 
 
-def xpos_cos_sin(positions, dim: int, base: float = 10000.0, *, scale_base: float = 512.0,
-                 center: float = 0.0, interleaved: bool = False):
+def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *, scale_base: float = 512.0,
+                 center: float = 0.0, interleaved: bool = False) -> Any:
     """Sun et al.: ``zeta_i = (2i + 0.4 dim) / (1.4 dim)``, ``power = (p - center) / scale_base``;
     ``(cos*z**power, sin*z**power, cos/z**power, sin/z**power)``."""
     pos = np.asarray(positions)

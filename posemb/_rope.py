@@ -869,7 +869,7 @@ class RoPE:
             # apply_rope_varlen would read), never a table from position 0
             if need > _checks.MAX_EXACT_POSITION:
                 raise ValueError(f"offset + sequence length must be <= 2**53, got {need}")
-            seq_of = np.repeat(np.arange(cu.size - 1), lengths)
+            seq_of = np.repeat(np.arange(cu.size - 1), np.asarray(lengths, dtype=np.int64))
             starts = cu[:-1].astype(np.int64)
             pos = np.broadcast_to(off.astype(np.int64), (cu.size - 1,))[seq_of] + (
                 np.arange(x.shape[0], dtype=np.int64) - starts[seq_of])
