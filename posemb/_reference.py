@@ -54,8 +54,8 @@ def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
                     dtype=np.float64)
 
 
-def rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleaved: bool = False,
-                 scale: float = 1.0):
+def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *, interleaved: bool = False,
+                 scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Full-width ``(cos, sin)`` of shape ``positions.shape + (dim,)``, float64.
 
     ``angle[p, i] = p * scale * inv_freq[i]``; half-split repeats the ``h``
@@ -76,12 +76,12 @@ def rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleaved: boo
     return cos, sin
 
 
-def _pairs(r: int, interleaved: bool):
+def _pairs(r: int, interleaved: bool) -> list[tuple[int, int]]:
     h = r // 2
     return [((2 * i, 2 * i + 1) if interleaved else (i, i + h)) for i in range(h)]
 
 
-def _rotate(x, cos, sin, interleaved: bool, backward: bool) -> np.ndarray:
+def _rotate(x: Any, cos: Any, sin: Any, interleaved: bool, backward: bool) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     cos = np.asarray(cos, dtype=np.float64)
     sin = np.asarray(sin, dtype=np.float64)
@@ -104,17 +104,17 @@ def _rotate(x, cos, sin, interleaved: bool, backward: bool) -> np.ndarray:
     return y
 
 
-def apply_rope(x, cos, sin, *, interleaved: bool = False) -> np.ndarray:
+def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False) -> np.ndarray:
     """RoPE forward: rotate pairs of the first ``r = cos.shape[-1]`` features."""
     return _rotate(x, cos, sin, interleaved, False)
 
 
-def apply_rope_backward(grad, cos, sin, *, interleaved: bool = False) -> np.ndarray:
+def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False) -> np.ndarray:
     """Adjoint of :func:`apply_rope` (the transpose of each 2x2 rotation)."""
     return _rotate(grad, cos, sin, interleaved, True)
 
 
-def rotate_half(x, axis: int = -1) -> np.ndarray:
+def rotate_half(x: Any, axis: int = -1) -> np.ndarray:
     """``concat(-x[h:], x[:h])`` along ``axis``."""
     x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
     h = x.shape[-1] // 2
@@ -132,7 +132,7 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     return out
 
 
-def apply_rotary_emb(xq, xk, freqs_cis):
+def apply_rotary_emb(xq: Any, xk: Any, freqs_cis: Any) -> tuple[np.ndarray, np.ndarray]:
     """Meta's ``view_as_complex(x.reshape(..., h, 2)) * freqs_cis`` (seq on axis 1)."""
     fc = np.asarray(freqs_cis, dtype=np.complex128)
     res = []
@@ -357,7 +357,7 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
 
 # ------------------------------------------------------------------ learned
 
-def learned_forward(x, weight, positions) -> np.ndarray:
+def learned_forward(x: Any, weight: Any, positions: Any) -> np.ndarray:
     """``y[..., t, :] = x[..., t, :] + W[positions[..., t]]`` (positions broadcast)."""
     x = np.asarray(x, dtype=np.float64)
     w = np.asarray(weight, dtype=np.float64)
@@ -368,7 +368,7 @@ def learned_forward(x, weight, positions) -> np.ndarray:
     return y
 
 
-def learned_backward(grad_out, positions, num_positions: int) -> np.ndarray:
+def learned_backward(grad_out: Any, positions: Any, num_positions: int) -> np.ndarray:
     """``dW[p] = sum of grad_out over every token whose position is p``."""
     g = np.asarray(grad_out, dtype=np.float64)
     pos = np.broadcast_to(np.asarray(positions), g.shape[:-1])
@@ -403,7 +403,7 @@ def t5_bucket(rp: int, *, bidirectional: bool = True, num_buckets: int = 32,
     return ret + min(large, nb - 1)
 
 
-def t5_buckets(rp, **kw) -> np.ndarray:
+def t5_buckets(rp: Any, **kw: Any) -> np.ndarray:
     rp = np.asarray(rp)
     out = np.zeros(rp.shape, np.int64)
     for idx in np.ndindex(rp.shape):
@@ -411,7 +411,7 @@ def t5_buckets(rp, **kw) -> np.ndarray:
     return out
 
 
-def t5_bias(table, query_length: int, key_length: int, *, bidirectional: bool = True,
+def t5_bias(table: Any, query_length: int, key_length: int, *, bidirectional: bool = True,
             num_buckets: int = 32, max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
     """``bias[h, i, j] = table[bucket(j - (query_offset + i)), h]``, float64."""
     t = np.asarray(table, dtype=np.float64)
@@ -425,7 +425,7 @@ def t5_bias(table, query_length: int, key_length: int, *, bidirectional: bool = 
     return out
 
 
-def t5_bias_backward(grad_bias, *, num_buckets: int, bidirectional: bool = True,
+def t5_bias_backward(grad_bias: Any, *, num_buckets: int, bidirectional: bool = True,
                      max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
     """``grad_table[b, h]`` = sum of ``grad_bias[..., h, i, j]`` with bucket b."""
     g = np.asarray(grad_bias, dtype=np.float64)
@@ -450,7 +450,7 @@ def shaw_index(query_length: int, key_length: int, K: int) -> np.ndarray:
     return out
 
 
-def shaw_embeddings(table, query_length: int, key_length: int) -> np.ndarray:
+def shaw_embeddings(table: Any, query_length: int, key_length: int) -> np.ndarray:
     t = np.asarray(table, dtype=np.float64)
     K = (t.shape[0] - 1) // 2
     idx = shaw_index(query_length, key_length, K)
@@ -461,7 +461,7 @@ def shaw_embeddings(table, query_length: int, key_length: int) -> np.ndarray:
     return out
 
 
-def shaw_embeddings_backward(grad, K: int) -> np.ndarray:
+def shaw_embeddings_backward(grad: Any, K: int) -> np.ndarray:
     g = np.asarray(grad, dtype=np.float64)
     q, k, d = g.shape
     idx = shaw_index(q, k, K)
@@ -480,7 +480,7 @@ def _slopes_pow2(n: int) -> list:
 
 def alibi_slopes(n: int) -> np.ndarray:
     """Press's ``get_slopes`` (fairseq), recursively."""
-    def slopes(n):
+    def slopes(n: int) -> list:
         if n & (n - 1) == 0:
             return _slopes_pow2(n)
         c = 2 ** math.floor(math.log2(n))
@@ -488,7 +488,7 @@ def alibi_slopes(n: int) -> np.ndarray:
     return np.array(slopes(n), np.float64)
 
 
-def alibi_bias(slopes, query_length: int, key_length: int, *, symmetric: bool = False,
+def alibi_bias(slopes: Any, query_length: int, key_length: int, *, symmetric: bool = False,
                query_offset: int | None = None) -> np.ndarray:
     """``-m_h * (p_i - j)`` (or ``-m_h * |p_i - j|``), ``p_i = query_offset + i``."""
     m = np.asarray(slopes, dtype=np.float64)
@@ -517,7 +517,7 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
     return out
 
 
-def padding_mask(lengths, max_length: int, *, side: str = "right") -> np.ndarray:
+def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.ndarray:
     """True at real tokens: ``p < n`` (right) or ``p >= max_length - n`` (left)."""
     lengths = [int(v) for v in np.asarray(lengths).reshape(-1)]
     out = np.zeros((len(lengths), max_length), bool)
@@ -529,7 +529,8 @@ def padding_mask(lengths, max_length: int, *, side: str = "right") -> np.ndarray
 
 # ------------------------------------------------------------------ attention
 
-def attention(q, k, v, *, mask=None, bias=None, scale=None) -> np.ndarray:
+def attention(q: Any, k: Any, v: Any, *, mask: Any = None, bias: Any = None,
+              scale: Any = None) -> np.ndarray:
     """``softmax(q k^T * scale + bias, masked) @ v`` row by row; a row with no
     visible key (or no keys) is zero.  q (..., L, E), k (..., S, E), v (..., S, Ev)."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
