@@ -39,6 +39,18 @@ posemb.apply_rotary_emb(np.ones((1, 4, 2, 8)), np.ones((1, 4, 1, 8)),
 posemb.apply_rotary_pos_emb(np.ones((1, 2, 4, 8)), np.ones((1, 1, 4, 8)),
                             *posemb.rope_cos_sin(np.arange(4)[None], 8))
 
+# packed variable-length batches (rope_varlen.c): every dtype, strided x and tables,
+# per-sequence offsets, in place, and the C checks' error path
+for dt in (np.float16, np.float32, np.float64):
+    xv = rng.standard_normal((9, 3, 10)).astype(dt)
+    cv, sv = posemb.rope_cos_sin(np.arange(12), 8, dtype=dt)
+    cu = np.array([0, 4, 4, 9])
+    posemb.apply_rope_varlen(xv[:, ::-1], cu, cv[::-1], sv[::-1], offset=np.array([2, 0, 7]))
+    posemb.apply_rope_varlen(xv, cu, cv, sv, interleaved=True, out=xv)
+    rope.apply_varlen(rng.standard_normal((9, 2, 16)).astype(dt), cu, offset=2**40)
+    expect_error(posemb.apply_rope_varlen, xv, cu, cv[:4], sv[:4])
+    expect_error(posemb.apply_rope_varlen, xv, np.array([0, 5, 4, 9]), cv, sv)
+
 # sinusoidal
 for dt in (np.float16, np.float32, np.float64):
     for layout in ("interleaved", "concat"):

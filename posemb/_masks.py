@@ -112,7 +112,7 @@ def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.nd
            [0, 1, 1, 1]])
     """
     m = _checks.size(max_length, "max_length")
-    if side not in ("right", "left"):
+    if not isinstance(side, str) or side not in ("right", "left"):
         raise ValueError(f"side must be 'right' or 'left', got {side!r}")
     n = _lengths(lengths, m)
     out = np.empty((n.shape[0], m), dtype=np.bool_)

@@ -11,6 +11,7 @@ well-formed inputs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,12 @@ __all__ = [
     "rotate_half",
     "precompute_freqs_cis",
     "apply_rotary_emb",
+    "rope_scaling",
+    "apply_rope_varlen",
+    "convert_rope_layout",
+    "mrope_cos_sin",
+    "axial_rope_cos_sin",
+    "xpos_cos_sin",
     "sinusoidal",
     "learned_forward",
     "learned_backward",
@@ -47,8 +54,8 @@ def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
                     dtype=np.float64)
 
 
-def rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleaved: bool = False,
-                 scale: float = 1.0):
+def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *, interleaved: bool = False,
+                 scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Full-width ``(cos, sin)`` of shape ``positions.shape + (dim,)``, float64.
 
     ``angle[p, i] = p * scale * inv_freq[i]``; half-split repeats the ``h``
@@ -69,12 +76,12 @@ def rope_cos_sin(positions, dim: int, base: float = 10000.0, *, interleaved: boo
     return cos, sin
 
 
-def _pairs(r: int, interleaved: bool):
+def _pairs(r: int, interleaved: bool) -> list[tuple[int, int]]:
     h = r // 2
     return [((2 * i, 2 * i + 1) if interleaved else (i, i + h)) for i in range(h)]
 
 
-def _rotate(x, cos, sin, interleaved: bool, backward: bool) -> np.ndarray:
+def _rotate(x: Any, cos: Any, sin: Any, interleaved: bool, backward: bool) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     cos = np.asarray(cos, dtype=np.float64)
     sin = np.asarray(sin, dtype=np.float64)
@@ -97,17 +104,17 @@ def _rotate(x, cos, sin, interleaved: bool, backward: bool) -> np.ndarray:
     return y
 
 
-def apply_rope(x, cos, sin, *, interleaved: bool = False) -> np.ndarray:
+def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False) -> np.ndarray:
     """RoPE forward: rotate pairs of the first ``r = cos.shape[-1]`` features."""
     return _rotate(x, cos, sin, interleaved, False)
 
 
-def apply_rope_backward(grad, cos, sin, *, interleaved: bool = False) -> np.ndarray:
+def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False) -> np.ndarray:
     """Adjoint of :func:`apply_rope` (the transpose of each 2x2 rotation)."""
     return _rotate(grad, cos, sin, interleaved, True)
 
 
-def rotate_half(x, axis: int = -1) -> np.ndarray:
+def rotate_half(x: Any, axis: int = -1) -> np.ndarray:
     """``concat(-x[h:], x[:h])`` along ``axis``."""
     x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
     h = x.shape[-1] // 2
@@ -125,7 +132,7 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     return out
 
 
-def apply_rotary_emb(xq, xk, freqs_cis):
+def apply_rotary_emb(xq: Any, xk: Any, freqs_cis: Any) -> tuple[np.ndarray, np.ndarray]:
     """Meta's ``view_as_complex(x.reshape(..., h, 2)) * freqs_cis`` (seq on axis 1)."""
     fc = np.asarray(freqs_cis, dtype=np.complex128)
     res = []
@@ -138,6 +145,189 @@ def apply_rotary_emb(xq, xk, freqs_cis):
         y = np.stack([yc.real, yc.imag], axis=-1).reshape(x.shape)
         res.append(y)
     return res[0], res[1]
+
+
+# ------------------------------------------------------------------ RoPE scaling and variants
+
+def rope_scaling(dim: int, base: float = 10000.0, scaling: Any = None, *,
+                 max_position_embeddings: Any = None, seq_len: Any = None) -> Any:
+    """``(inv_freq, attention_factor)`` of HF ``modeling_rope_utils.py`` (REFERENCE.md),
+    one frequency at a time in float64."""
+    cfg = dict(scaling or {})
+    kind = cfg.get("rope_type", cfg.get("type", "default"))
+    kind = "default" if kind == "mrope" else kind
+    h = dim // 2
+    plain = [float(base) ** (-(2.0 * i) / dim) for i in range(h)]
+    attn = 1.0
+    if kind == "default":
+        inv = plain
+    elif kind == "linear":
+        inv = [w / float(cfg["factor"]) for w in plain]
+    elif kind == "dynamic":
+        factor, mp = float(cfg["factor"]), int(max_position_embeddings)
+        L = max(seq_len or 0, mp)
+        if L > mp:
+            b = float(base) * (factor * L / mp - (factor - 1.0)) ** (dim / (dim - 2))
+            inv = [b ** (-(2.0 * i) / dim) for i in range(h)]
+        else:
+            inv = plain
+    elif kind == "llama3":
+        factor, low, high = (float(cfg[k]) for k in ("factor", "low_freq_factor",
+                                                       "high_freq_factor"))
+        orig = int(cfg["original_max_position_embeddings"])
+        lw, hw = orig / low, orig / high
+        inv = []
+        for w in plain:
+            wl = 2.0 * math.pi / w
+            if wl < hw:
+                inv.append(w)
+            elif wl > lw:
+                inv.append(w / factor)
+            else:
+                s = (orig / wl - low) / (high - low)
+                inv.append((1.0 - s) * w / factor + s * w)
+    elif kind == "yarn":
+        factor = float(cfg["factor"])
+        orig = int(cfg.get("original_max_position_embeddings") or max_position_embeddings)
+
+        def m(scale: float, mscale: float = 1.0) -> float:
+            return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+
+        if cfg.get("attention_factor") is not None:
+            attn = float(cfg["attention_factor"])
+        elif cfg.get("mscale") and cfg.get("mscale_all_dim"):
+            attn = m(factor, float(cfg["mscale"])) / m(factor, float(cfg["mscale_all_dim"]))
+        else:
+            attn = m(factor)
+
+        def cd(r: float) -> float:
+            return dim * math.log(orig / (r * 2.0 * math.pi)) / (2.0 * math.log(base))
+
+        lo, hi = cd(float(cfg.get("beta_fast") or 32)), cd(float(cfg.get("beta_slow") or 1))
+        if cfg.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        inv = []
+        for i, w in enumerate(plain):
+            ramp = min(max((i - lo) / (hi - lo), 0.0), 1.0)
+            inv.append((w / factor) * ramp + w * (1.0 - ramp))
+    elif kind == "longrope":
+        orig = int(cfg.get("original_max_position_embeddings") or max_position_embeddings)
+        long = seq_len is not None and seq_len > orig
+        ext = [float(v) for v in cfg["long_factor" if long else "short_factor"]]
+        inv = [1.0 / (ext[i] * float(base) ** ((2.0 * i) / dim)) for i in range(h)]
+        if cfg.get("factor") is not None:
+            factor = float(cfg["factor"])
+        elif max_position_embeddings is not None:
+            factor = max_position_embeddings / orig
+        else:
+            factor = 1.0
+        if cfg.get("attention_factor") is not None:
+            attn = float(cfg["attention_factor"])
+        elif factor > 1.0:
+            attn = math.sqrt(1.0 + math.log(factor) / math.log(orig))
+    else:
+        raise ValueError(kind)
+    return np.array(inv, np.float64), float(attn)
+
+
+def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
+                      interleaved: bool = False, offset: Any = 0) -> np.ndarray:
+    """A packed ``(total, heads, d)`` batch: sequence ``b`` (tokens ``cu[b] .. cu[b+1]-1``)
+    rotated by table rows ``offset[b] .. offset[b] + len - 1``, one sequence at a time."""
+    x = np.asarray(x, dtype=np.float64)
+    cu = [int(v) for v in np.asarray(cu_seqlens).reshape(-1)]
+    off = np.broadcast_to(np.asarray(offset, dtype=object), (len(cu) - 1,))
+    cos = np.asarray(cos, dtype=np.float64)
+    sin = np.asarray(sin, dtype=np.float64)
+    y = np.array(x)
+    for b in range(len(cu) - 1):
+        rows = int(off[b]) + np.arange(cu[b + 1] - cu[b])
+        seg = x[cu[b]:cu[b + 1]]                               # (len, heads, d)
+        y[cu[b]:cu[b + 1]] = apply_rope(seg, cos[rows][:, None], sin[rows][:, None],
+                                        interleaved=interleaved)
+    return y
+
+
+def convert_rope_layout(weight: Any, num_heads: int, *, to: str = "half",
+                        rotary_dim: Any = None) -> np.ndarray:
+    """HF ``convert_llama_weights_to_hf.permute``: within each head, rows
+    ``(2i, 2i+1)`` become ``(i, i + r/2)`` (``to="half"``), or the inverse."""
+    w = np.asarray(weight)
+    head_dim = w.shape[0] // num_heads
+    r = head_dim if rotary_dim is None else rotary_dim
+    out = np.array(w)
+    for hd in range(num_heads):
+        base = hd * head_dim
+        for i in range(r // 2):
+            for j in range(2):                     # interleaved row 2i + j <-> half row j*r/2 + i
+                inter, half = base + 2 * i + j, base + j * (r // 2) + i
+                if to == "half":
+                    out[half] = w[inter]
+                else:
+                    out[inter] = w[half]
+    return out
+
+
+def _band_tables(positions_per_band: Any, inv_per_band: Any, interleaved: bool) -> Any:
+    """Full-width tables where consecutive frequency bands use their own positions."""
+    h = sum(len(f) for f in inv_per_band)
+    shape = np.asarray(positions_per_band[0]).shape
+    cos = np.zeros(shape + (2 * h,), np.float64)
+    sin = np.zeros(shape + (2 * h,), np.float64)
+    i = 0
+    for pos, inv in zip(positions_per_band, inv_per_band):
+        pos = np.asarray(pos)
+        for w in inv:
+            for idx in np.ndindex(shape):
+                a = float(int(pos[idx])) * float(w)
+                c, s = math.cos(a), math.sin(a)
+                for col in ((2 * i, 2 * i + 1) if interleaved else (i, i + h)):
+                    cos[idx + (col,)] = c
+                    sin[idx + (col,)] = s
+            i += 1
+    return cos, sin
+
+
+def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10000.0, *,
+                  interleaved: bool = False) -> Any:
+    """Qwen2-VL: frequency band ``j`` of ``mrope_section`` rotates at ``positions[j]``."""
+    pos = np.asarray(positions)
+    w = inv_freq(dim, base)
+    bands, a = [], 0
+    for n in mrope_section:
+        bands.append(w[a:a + n])
+        a += n
+    return _band_tables([pos[j] for j in range(len(bands))], bands, interleaved)
+
+
+def axial_rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
+                       interleaved: bool = False) -> Any:
+    """Axis ``j`` of ``positions[..., j]`` rotates group ``j`` of ``dim / n_axes`` features
+    with the frequencies of a RoPE of that width."""
+    pos = np.asarray(positions)
+    axes = pos.shape[-1]
+    w = inv_freq(dim // axes, base)
+    return _band_tables([pos[..., j] for j in range(axes)], [w] * axes, interleaved)
+
+
+def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *, scale_base: float = 512.0,
+                 center: float = 0.0, interleaved: bool = False) -> Any:
+    """Sun et al.: ``zeta_i = (2i + 0.4 dim) / (1.4 dim)``, ``power = (p - center) / scale_base``;
+    ``(cos*z**power, sin*z**power, cos/z**power, sin/z**power)``."""
+    pos = np.asarray(positions)
+    cos, sin = rope_cos_sin(pos, dim, base, interleaved=interleaved)
+    h = dim // 2
+    scale = np.zeros(pos.shape + (dim,), np.float64)
+    for idx in np.ndindex(pos.shape):
+        power = (float(int(pos[idx])) - float(center)) / float(scale_base)
+        for i in range(h):
+            z = ((2.0 * i + 0.4 * dim) / (1.4 * dim)) ** power
+            for col in ((2 * i, 2 * i + 1) if interleaved else (i, i + h)):
+                scale[idx + (col,)] = z
+    return cos * scale, sin * scale, cos / scale, sin / scale
 
 
 # ------------------------------------------------------------------ sinusoidal
@@ -167,7 +357,7 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
 
 # ------------------------------------------------------------------ learned
 
-def learned_forward(x, weight, positions) -> np.ndarray:
+def learned_forward(x: Any, weight: Any, positions: Any) -> np.ndarray:
     """``y[..., t, :] = x[..., t, :] + W[positions[..., t]]`` (positions broadcast)."""
     x = np.asarray(x, dtype=np.float64)
     w = np.asarray(weight, dtype=np.float64)
@@ -178,7 +368,7 @@ def learned_forward(x, weight, positions) -> np.ndarray:
     return y
 
 
-def learned_backward(grad_out, positions, num_positions: int) -> np.ndarray:
+def learned_backward(grad_out: Any, positions: Any, num_positions: int) -> np.ndarray:
     """``dW[p] = sum of grad_out over every token whose position is p``."""
     g = np.asarray(grad_out, dtype=np.float64)
     pos = np.broadcast_to(np.asarray(positions), g.shape[:-1])
@@ -213,7 +403,7 @@ def t5_bucket(rp: int, *, bidirectional: bool = True, num_buckets: int = 32,
     return ret + min(large, nb - 1)
 
 
-def t5_buckets(rp, **kw) -> np.ndarray:
+def t5_buckets(rp: Any, **kw: Any) -> np.ndarray:
     rp = np.asarray(rp)
     out = np.zeros(rp.shape, np.int64)
     for idx in np.ndindex(rp.shape):
@@ -221,7 +411,7 @@ def t5_buckets(rp, **kw) -> np.ndarray:
     return out
 
 
-def t5_bias(table, query_length: int, key_length: int, *, bidirectional: bool = True,
+def t5_bias(table: Any, query_length: int, key_length: int, *, bidirectional: bool = True,
             num_buckets: int = 32, max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
     """``bias[h, i, j] = table[bucket(j - (query_offset + i)), h]``, float64."""
     t = np.asarray(table, dtype=np.float64)
@@ -235,7 +425,7 @@ def t5_bias(table, query_length: int, key_length: int, *, bidirectional: bool = 
     return out
 
 
-def t5_bias_backward(grad_bias, *, num_buckets: int, bidirectional: bool = True,
+def t5_bias_backward(grad_bias: Any, *, num_buckets: int, bidirectional: bool = True,
                      max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
     """``grad_table[b, h]`` = sum of ``grad_bias[..., h, i, j]`` with bucket b."""
     g = np.asarray(grad_bias, dtype=np.float64)
@@ -260,7 +450,7 @@ def shaw_index(query_length: int, key_length: int, K: int) -> np.ndarray:
     return out
 
 
-def shaw_embeddings(table, query_length: int, key_length: int) -> np.ndarray:
+def shaw_embeddings(table: Any, query_length: int, key_length: int) -> np.ndarray:
     t = np.asarray(table, dtype=np.float64)
     K = (t.shape[0] - 1) // 2
     idx = shaw_index(query_length, key_length, K)
@@ -271,7 +461,7 @@ def shaw_embeddings(table, query_length: int, key_length: int) -> np.ndarray:
     return out
 
 
-def shaw_embeddings_backward(grad, K: int) -> np.ndarray:
+def shaw_embeddings_backward(grad: Any, K: int) -> np.ndarray:
     g = np.asarray(grad, dtype=np.float64)
     q, k, d = g.shape
     idx = shaw_index(q, k, K)
@@ -290,7 +480,7 @@ def _slopes_pow2(n: int) -> list:
 
 def alibi_slopes(n: int) -> np.ndarray:
     """Press's ``get_slopes`` (fairseq), recursively."""
-    def slopes(n):
+    def slopes(n: int) -> list:
         if n & (n - 1) == 0:
             return _slopes_pow2(n)
         c = 2 ** math.floor(math.log2(n))
@@ -298,7 +488,7 @@ def alibi_slopes(n: int) -> np.ndarray:
     return np.array(slopes(n), np.float64)
 
 
-def alibi_bias(slopes, query_length: int, key_length: int, *, symmetric: bool = False,
+def alibi_bias(slopes: Any, query_length: int, key_length: int, *, symmetric: bool = False,
                query_offset: int | None = None) -> np.ndarray:
     """``-m_h * (p_i - j)`` (or ``-m_h * |p_i - j|``), ``p_i = query_offset + i``."""
     m = np.asarray(slopes, dtype=np.float64)
@@ -327,7 +517,7 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
     return out
 
 
-def padding_mask(lengths, max_length: int, *, side: str = "right") -> np.ndarray:
+def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.ndarray:
     """True at real tokens: ``p < n`` (right) or ``p >= max_length - n`` (left)."""
     lengths = [int(v) for v in np.asarray(lengths).reshape(-1)]
     out = np.zeros((len(lengths), max_length), bool)
@@ -339,7 +529,8 @@ def padding_mask(lengths, max_length: int, *, side: str = "right") -> np.ndarray
 
 # ------------------------------------------------------------------ attention
 
-def attention(q, k, v, *, mask=None, bias=None, scale=None) -> np.ndarray:
+def attention(q: Any, k: Any, v: Any, *, mask: Any = None, bias: Any = None,
+              scale: Any = None) -> np.ndarray:
     """``softmax(q k^T * scale + bias, masked) @ v`` row by row; a row with no
     visible key (or no keys) is zero.  q (..., L, E), k (..., S, E), v (..., S, Ev)."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))

@@ -776,11 +776,15 @@ class RoPE:
         >>> qi is q and bool(np.array_equal(q, qr))
         True
         """
+        inplace = _checks.flag(inplace, "inplace")
         if inplace:
             for name, t in (("q", q), ("k", k)):
                 if not isinstance(t, np.ndarray):
                     raise TypeError(f"inplace=True needs {name} to be a numpy.ndarray, "
                                     f"got {type(t).__name__}")
+                if not t.dtype.isnative:   # float_operand would rotate a native copy
+                    raise ValueError(f"inplace=True needs {name} in native byte order, "
+                                     f"got {t.dtype}")
         q = _checks.float_operand(q, "q")
         k = _checks.float_operand(k, "k")
         if len(k.shape) == 0 or k.shape[-1] != self.head_size:
@@ -859,7 +863,20 @@ class RoPE:
             # else is left for apply_rope_varlen to report
             if lengths.min() >= 0 and off.min() >= 0 and top.max() <= off.max() + x.shape[0]:
                 need = int(top.max())
-        cos, sin = self._range_tables(np.dtype(x.dtype), 0, need)
+        dt = np.dtype(x.dtype)
+        if need > self._max_rows(dt) and cu[0] == 0 and cu[-1] == x.shape[0]:
+            # offsets far past the cache: one gathered row per token (the rows
+            # apply_rope_varlen would read), never a table from position 0
+            if need > _checks.MAX_EXACT_POSITION:
+                raise ValueError(f"offset + sequence length must be <= 2**53, got {need}")
+            seq_of = np.repeat(np.arange(cu.size - 1), np.asarray(lengths, dtype=np.int64))
+            starts = cu[:-1].astype(np.int64)
+            pos = np.broadcast_to(off.astype(np.int64), (cu.size - 1,))[seq_of] + (
+                np.arange(x.shape[0], dtype=np.int64) - starts[seq_of])
+            cos, sin = self._gather_tables(dt, pos)
+            return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
+                                     offset=starts, out=out)
+        cos, sin = self._range_tables(dt, 0, need)
         return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
                                  offset=offset, out=out)
 

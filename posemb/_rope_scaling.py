@@ -213,6 +213,9 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     if rope_type == "yarn":
         factor = _real(cfg, "factor")
         orig = _original_length(cfg, max_position_embeddings, rope_type)
+        if base == 1.0:     # the correction dims divide by ln(base)
+            raise ValueError("base must not be 1 for scaling of rope_type 'yarn' (its "
+                             "correction dims divide by ln(base))")
         attention = cfg.get("attention_factor")
         if attention is not None:
             attention = _real(cfg, "attention_factor")
@@ -231,7 +234,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
             return dim * math.log(orig / (rotations * 2.0 * math.pi)) / (2.0 * math.log(base))
 
         low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-        if cfg.get("truncate", True):
+        if _checks.flag(cfg.get("truncate", True), "scaling['truncate']"):
             low, high = math.floor(low), math.ceil(high)
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
@@ -247,7 +250,10 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         ext = {}
         for key in ("short_factor", "long_factor"):
             try:
-                arr = np.asarray(cfg[key], dtype=np.float64)
+                arr = np.asarray(cfg[key])
+                if arr.dtype.kind not in "iuf":     # bools and strings are not factors
+                    raise TypeError
+                arr = arr.astype(np.float64)
             except (TypeError, ValueError):
                 raise TypeError(f"scaling[{key!r}] must be a list of numbers") from None
             if arr.shape != (dim // 2,):
@@ -267,6 +273,10 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         elif factor <= 1.0:
             attention = 1.0
         else:
+            if orig < 2:    # ln(orig) = 0: no attention factor exists
+                raise ValueError(
+                    f"scaling of rope_type 'longrope' with factor {factor} > 1 needs an original "
+                    f"context length (original_max_position_embeddings) >= 2, got {orig}")
             attention = math.sqrt(1.0 + math.log(factor) / math.log(orig))
         which = "long_factor" if seq_len is not None and seq_len > orig else "short_factor"
         return 1.0 / (ext[which] * base ** exponents), float(attention)
@@ -275,9 +285,10 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     factor = _real(cfg, "factor")
     low_ff = _real(cfg, "low_freq_factor")
     high_ff = _real(cfg, "high_freq_factor")
-    if high_ff == low_ff:
+    if high_ff <= low_ff:   # else Meta's apply_scaling and HF's formula disagree
         raise ValueError(
-            f"scaling['high_freq_factor'] must differ from scaling['low_freq_factor'], both {low_ff}")
+            f"scaling['high_freq_factor'] must be greater than scaling['low_freq_factor'], got "
+            f"{high_ff} and {low_ff}")
     orig = _length(cfg, "original_max_position_embeddings")
     low_wavelen = orig / low_ff
     high_wavelen = orig / high_ff
@@ -412,7 +423,8 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
             and params.get("original_max_position_embeddings") is None and params):
         params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
 
-    interleaved = bool(cfg.get("rope_interleave", False)) or cfg.get("model_type") == "gptj"
+    interleaved = (_checks.flag(cfg.get("rope_interleave", False), "config['rope_interleave']")
+                   or cfg.get("model_type") == "gptj")
     if seq_len is None:
         seq_len = min(max_pos or 4096, 4096)
     return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,

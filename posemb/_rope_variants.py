@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
-from ._rope import _tables, apply_rope, rope_inv_freq
+from ._rope import _rope_operands, _run, _tables, rope_inv_freq
 from ._rope_scaling import rope_scaling_parameters
 
 __all__ = [
@@ -79,6 +79,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     >>> bool(np.array_equal(y[3:], posemb.apply_rope(x[3:], cos[:4, None], sin[:4, None])))
     True
     """
+    interleaved = _checks.flag(interleaved, "interleaved")
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     x = _checks.float_operand(x, "x")
@@ -104,6 +105,8 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     nseq = cu.size - 1
     if np.ndim(offset) == 0:
         start = _checks.size(offset, "offset")
+        if start > np.iinfo(np.int64).max:
+            raise IndexError(f"offset={start} is past the {cos.shape[0]} rows of cos/sin")
         offsets = None if start == 0 else np.full(nseq, start, dtype=np.int64)
     else:
         offsets = _int64_vector(offset, "offset")
@@ -120,7 +123,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     else:
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-        if out.dtype != work:
+        if out.dtype.newbyteorder("=") != work:     # byte-swapped: written via a temporary
             raise TypeError(f"out must have the result dtype {work}, got {out.dtype}")
         if out.shape != x.shape:
             raise ValueError(f"out must have x's shape {x.shape}, got {out.shape}")
@@ -183,7 +186,7 @@ def convert_rope_layout(weight: Any, num_heads: int, *, to: str = "half",
     if w.ndim == 0:
         raise ValueError("weight must have at least one dimension (rows = output features)")
     heads = _checks.size(num_heads, "num_heads", minimum=1)
-    if to not in ("half", "interleaved"):
+    if not isinstance(to, str) or to not in ("half", "interleaved"):
         raise ValueError(f"to must be 'half' or 'interleaved', got {to!r}")
     rows = w.shape[0]
     if rows % heads:
@@ -310,7 +313,7 @@ def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10
     bounds = np.cumsum([0] + sections)
     bands = [inv[bounds[j]:bounds[j + 1]] for j in range(len(sections))]
     return _sectioned_tables([pos[j] for j in range(len(sections))], bands,
-                             bool(interleaved), dt, attn)
+                             _checks.flag(interleaved, "interleaved"), dt, attn)
 
 
 def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_section: Any,
@@ -350,6 +353,8 @@ def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_se
             f"cos must have at least len(mrope_section) = {len(sections)} tables on axis 0, "
             f"got {cos.shape[0]}")
     unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
+    if unsqueeze_dim >= 2**31:    # np.expand_dims: OverflowError (C int), naming nothing
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
     h = dim // 2
     cs = np.empty(cos.shape[1:], dtype=cos.dtype)
     sn = np.empty(sin.shape[1:], dtype=sin.dtype)
@@ -364,7 +369,9 @@ def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_se
         sn = np.expand_dims(sn, unsqueeze_dim)
     except np.exceptions.AxisError as e:
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin: {e}") from None
-    return apply_rope(q, cs, sn), apply_rope(k, cs, sn)
+    q, qc, qs = _rope_operands(q, cs, sn, "q")
+    k, kc, ks = _rope_operands(k, cs, sn, "k")
+    return _run(0, q, qc, qs, None, "q"), _run(0, k, kc, ks, None, "k")
 
 # ---------------------------------------------------------------- axial
 
@@ -421,7 +428,7 @@ def axial_rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
             f"whole pairs)")
     inv = rope_inv_freq(dim // axes, base)
     return _sectioned_tables([pos[..., j] for j in range(axes)], [inv] * axes,
-                             bool(interleaved), dt)
+                             _checks.flag(interleaved, "interleaved"), dt)
 
 # ---------------------------------------------------------------- xPos
 
@@ -465,7 +472,7 @@ def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     scale_base = _checks.positive_float(scale_base, "scale_base")
     center = _checks.finite_float(center, "center")
     inv = rope_inv_freq(dim, base)
-    cos, sin = _tables(pos, inv, bool(interleaved), np.dtype(np.float64))
+    cos, sin = _tables(pos, inv, _checks.flag(interleaved, "interleaved"), np.dtype(np.float64))
     zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
     power = (pos.astype(np.float64) - center) / scale_base
     with np.errstate(over="ignore", under="ignore"):
@@ -478,4 +485,11 @@ def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
             f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos factors "
             f"overflow float64; choose center near the middle of the positions (scale_base="
             f"{scale_base})")
-    return tuple(t.astype(dt) for t in out)  # type: ignore[return-value]
+    with np.errstate(over="ignore"):
+        res = tuple(t.astype(dt) for t in out)
+    if dt != np.float64 and not all(np.isfinite(t).all() for t in res):
+        raise ValueError(
+            f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos factors "
+            f"overflow {dt}; choose center near the middle of the positions (scale_base="
+            f"{scale_base}) or a wider dtype")
+    return res  # type: ignore[return-value]

@@ -258,8 +258,14 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     (torch.Size([1, 4, 6, 8]), torch.Size([1, 2, 6, 8]))
     """
     del position_ids  # unused, as in transformers
+    _check(q, "q")
+    _check(k, "k")
     _check(cos, "cos")
     _check(sin, "sin")
+    unsqueeze_dim = posemb._checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**63))
+    if not -(cos.ndim + 1) <= unsqueeze_dim <= cos.ndim:   # torch's IndexError names nothing
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
+                         f"{tuple(cos.shape)}")
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -617,6 +623,8 @@ class LearnedPositionalEmbedding(nn.Module):
                  dtype: torch.dtype | None = None, device: Any = None) -> None:
         super().__init__()
         _check_device(device)
+        if dtype is not None and dtype not in _FLOATS:   # else torch: "can require gradients"
+            raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
         self.num_positions = posemb._checks.size(num_positions, "num_positions")
         self.embedding_dim = posemb._checks.size(embedding_dim, "embedding_dim")
         self.std = float(std)

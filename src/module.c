@@ -644,12 +644,13 @@ varlen_error(int rc, const pe_rope_varlen *a, ptrdiff_t w)
                      (Py_ssize_t)w, (long long)a->offsets[w]);
         break;
     case PE_VARLEN_OUT_OF_RANGE: {
+        /* no "last position" (off + len - 1): it overflows for offsets near 2**63 */
         const long long len = (long long)(cu[w + 1] - cu[w]);
         const long long off = a->offsets ? (long long)a->offsets[w] : 0;
         PyErr_Format(PyExc_IndexError,
-                     "cu_seqlens: sequence %zd has %lld tokens at positions "
-                     "%lld..%lld, but cos/sin have only %zd rows",
-                     (Py_ssize_t)w, len, off, off + len - 1, (Py_ssize_t)a->rows);
+                     "cu_seqlens and offset: sequence %zd has %lld tokens from "
+                     "position offset[%zd] = %lld on, but cos/sin have only %zd rows",
+                     (Py_ssize_t)w, len, (Py_ssize_t)w, off, (Py_ssize_t)a->rows);
         break;
     }
     case PE_VARLEN_BAD_WIDTH:

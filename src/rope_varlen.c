@@ -65,14 +65,31 @@ pe_rope_varlen_check(const pe_rope_varlen *a, ptrdiff_t *where)
         return a->cu_seqlens[0] != 0 ? PE_VARLEN_BAD_START
                : a->total != 0     ? PE_VARLEN_BAD_END
                                    : PE_VARLEN_OK;
+    /* cu_seqlens itself first (start, order, end), then the offsets, then the
+     * table rows, so an error names what is wrong rather than a consequence
+     * of it (a decreasing cu_seqlens is not a table too short) */
+    if (a->cu_seqlens[0] != 0)
+        return PE_VARLEN_BAD_START;
     for (b = 0; b < a->nseq; b++) {
-        int rc = varlen_sequence(a, b, &lo, &hi, &off, where);
-        if (rc != PE_VARLEN_OK)
-            return rc;
+        *where = b + 1;
+        if (a->cu_seqlens[b + 1] < a->cu_seqlens[b])
+            return PE_VARLEN_DECREASING;
+        if (a->cu_seqlens[b + 1] > (int64_t)a->total)
+            return PE_VARLEN_BAD_END;
     }
     if (a->cu_seqlens[a->nseq] != (int64_t)a->total) {
         *where = a->nseq;
         return PE_VARLEN_BAD_END;
+    }
+    for (b = 0; a->offsets != NULL && b < a->nseq; b++) {
+        *where = b;
+        if (a->offsets[b] < 0)
+            return PE_VARLEN_NEGATIVE_OFFSET;
+    }
+    for (b = 0; b < a->nseq; b++) {
+        int rc = varlen_sequence(a, b, &lo, &hi, &off, where);
+        if (rc != PE_VARLEN_OK)
+            return rc;
     }
     return PE_VARLEN_OK;
 }

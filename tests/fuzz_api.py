@@ -460,6 +460,217 @@ def mk_attention(g):
                                                  g.farr((1, S, 2))), kw, None
 
 
+# ------------------------------------------------------------------ RoPE scaling and variants
+
+def scaling_dict(g, h):
+    kind = g.pick(["default", "linear", "dynamic", "yarn", "longrope", "llama3", "mrope", "bogus"])
+    d = {g.pick(["rope_type", "type"]): kind}
+    num = lambda: g.maybe(lambda: g.pick([0.5, 1.0, 2.0, 4.0, 8, 40.0]), 0.85)   # noqa: E731
+    if kind in ("linear", "dynamic", "yarn", "llama3") and g.chance(0.95):
+        d["factor"] = num()
+    if kind in ("yarn", "longrope", "llama3") and g.chance(0.8):
+        d["original_max_position_embeddings"] = g.maybe(lambda: g.pick([1, 2, 8, 4096]), 0.85)
+    if kind == "yarn":
+        for k in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+                  "truncate"):
+            if g.chance(0.2):
+                d[k] = g.flag() if k == "truncate" else num()
+    if kind == "longrope":
+        for k in ("short_factor", "long_factor"):
+            if g.chance(0.95):
+                d[k] = g.maybe(lambda: [g.pick([1.0, 2.0, 0.5]) for _ in range(h)], 0.85)
+        if g.chance(0.3):
+            d["factor"] = num()
+    if kind == "llama3":
+        d["low_freq_factor"] = num()
+        if g.chance(0.95):
+            d["high_freq_factor"] = num()
+    if kind == "mrope":
+        d["mrope_section"] = [h]
+    return g.maybe(lambda: d, 0.9) if g.chance(0.9) else None
+
+
+def mk_scaling(g):
+    h = g.small(1, 4)
+    dim = g.maybe(lambda: 2 * h, 0.9)
+    sc = scaling_dict(g, h)
+    kw = dict(max_position_embeddings=g.maybe(lambda: g.pick([None, 1, 16, 64]), 0.9),
+              seq_len=g.maybe(lambda: g.pick([None, 0, 8, 100, 2**40]), 0.9))
+    base = g.maybe(lambda: g.pick([10000.0, 1.0, 2.0, 0.5]), 0.9)
+    k = g.r.random()
+    if k < 0.35:
+        def oracle(res, dim=dim, base=base, sc=sc, kw=kw):
+            want = R.rope_scaling(dim, base, sc, **kw)
+            np.testing.assert_allclose(res[0], want[0], rtol=1e-12)
+            np.testing.assert_allclose(res[1], want[1], rtol=1e-12)
+        return posemb.rope_scaling_parameters, (dim, base, sc), kw, oracle
+    if k < 0.5:
+        return posemb.rope_inv_freq, (dim, base), dict(scaling=sc, **kw), None
+    if k < 0.7:
+        return posemb.rope_cos_sin, (g.positions(g.shape(g.small(0, 2)), 200), dim, base), dict(
+            scaling=sc, interleaved=g.flag(), dtype=g.dtype(),
+            max_position_embeddings=kw["max_position_embeddings"]), None
+    if k < 0.85:
+        try:
+            rope = posemb.RoPE(dim, g.size(0, 8), base=base, scaling=sc,
+                               max_position_embeddings=kw["max_position_embeddings"],
+                               interleaved=g.flag(), dtype=g.dtype())
+        except ALLOWED:
+            return posemb.RoPE, (dim, 4), dict(scaling=sc), None
+        x = g.farr((2, g.small(0, 3), 2 * h))
+        return rope, (x,), {"offset": g.maybe(lambda: g.pick([0, 5, 200, 2**40]))}, None
+    cfg = {g.pick(["head_dim", "qk_rope_head_dim"]): g.maybe(lambda: 2 * h + g.small(0, 1), 0.9)}
+    for key, val in (("rope_theta", base), ("rope_scaling", sc),
+                     ("max_position_embeddings", kw["max_position_embeddings"]),
+                     ("partial_rotary_factor", g.maybe(lambda: g.pick([1.0, 0.5, 0.25]))),
+                     ("rope_interleave", g.flag()), ("original_max_position_embeddings",
+                                                     g.maybe(lambda: 8))):
+        if g.chance(0.4):
+            cfg[key] = val
+    if g.chance(0.1):
+        cfg = {"text_config": cfg}
+    return posemb.rope_config, (g.maybe(lambda: cfg, 0.95),), dict(
+        seq_len=g.maybe(lambda: g.pick([None, 0, 4, 16])), dtype=g.dtype()), None
+
+
+def mk_varlen(g):
+    lengths = [g.small(0, 3) for _ in range(g.small(0, 3))]
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    total, heads, h = int(cu[-1]), g.small(0, 2), g.small(0, 3)
+    d = 2 * h + g.small(0, 1)
+    if g.chance(0.15):                              # a broken cu_seqlens
+        cu = cu.copy()
+        if cu.size:
+            cu[g.r.randrange(cu.size)] += g.pick([-1, 1, 2**40, -2**62])
+    cu_arg = g.maybe(lambda: g.layout(cu.astype(g.pick(["i8", "i4", "u8", ">i8", "i2"])),
+                                      g.pick(LAYOUTS)) if g.chance(0.9) else cu.tolist(), 0.9)
+    off_kind = g.r.random()
+    if off_kind < 0.4:
+        off = 0
+    elif off_kind < 0.6:
+        off = g.maybe(lambda: g.pick([1, 3, 2**40, 2**63 - 1, 2**63]))
+    else:
+        off = g.maybe(lambda: g.layout(np.array([g.pick([0, 1, 2, 5, -1, 2**62])
+                                                 for _ in lengths], np.int64),
+                                       g.pick(LAYOUTS)), 0.9)
+    x = g.farr((total, heads, d))
+    il = g.flag()
+    if g.chance(0.6):
+        rows = g.small(0, 8)
+        cos = g.farr((rows, 2 * h))
+        sin = g.farr((rows, 2 * h)) if g.chance(0.9) else cos
+        out = g.out((total, heads, d))
+        if isinstance(out, np.ndarray) and g.chance(0.2) and isinstance(x, np.ndarray) \
+                and x.flags.writeable:
+            out = x
+        kw = dict(interleaved=il, offset=off)
+        if out is not None:
+            kw["out"] = out
+        try:
+            xf, cf, sf = (np.array(a, float) for a in (x, cos, sin))
+            dts = [np.asarray(a).dtype for a in (x, cos, sin)]
+            cuf, of = np.array(cu_arg), np.array(off)
+        except (TypeError, ValueError):
+            xf = None
+
+        def oracle(res):
+            if xf is None or not isinstance(il, bool):
+                return
+            want = R.apply_rope_varlen(xf, cuf, cf, sf, interleaved=il, offset=of)
+            check(res, want, *(np.zeros(0, dt) for dt in dts))
+        return posemb.apply_rope_varlen, (x, cu_arg, cos, sin), kw, oracle
+    try:
+        rope = posemb.RoPE(d if d % 2 == 0 else d + 1, g.small(0, 6), interleaved=il,
+                           rotary_dim=g.maybe(lambda: 2 * max(h, 1)), dtype=g.dtype())
+    except ALLOWED:
+        return posemb.RoPE, (g.anything(), 3), {}, None
+    kw = {"offset": off}
+    if g.chance(0.3):
+        kw["out"] = g.out((total, heads, rope.head_size))
+    return rope.apply_varlen, (g.farr((total, heads, rope.head_size)), cu_arg), kw, None
+
+
+def mk_rope_batched(g):
+    """RoPE with an offset per sequence, apply_qk (grouped-query, in place)."""
+    h = g.small(1, 3)
+    rope = posemb.RoPE(2 * h, g.small(0, 8), interleaved=g.chance(0.5),
+                       dtype=g.pick([np.float16, np.float32, np.float64]))
+    b, s = g.small(0, 3), g.small(0, 3)
+    off = g.maybe(lambda: g.layout(np.array([g.pick([0, 1, 7, 2**40, -1, 2**53])
+                                             for _ in range(b)]), g.pick(LAYOUTS)), 0.85)
+    q = g.farr((b, 2, s, 2 * h))
+    if g.chance(0.5):
+        return (rope if g.chance(0.5) else rope.backward), (q,), {"offset": off}, None
+    k = g.farr((b, 1, s, 2 * h))
+    kw = {"inplace": g.flag() if g.chance(0.5) else False}
+    if g.chance(0.3):
+        kw["positions"] = g.positions((s,), 50)
+    else:
+        kw["offset"] = off
+    return rope.apply_qk, (q, k), kw, None
+
+
+def mk_variants(g):
+    r = g.r.random()
+    sections = [g.small(0, 3) for _ in range(g.small(1, 3))]
+    dim = 2 * sum(sections)
+    if r < 0.2:
+        pos = g.positions((len(sections), g.small(0, 2), g.small(0, 3)), 100)
+        dim2 = g.maybe(lambda: dim, 0.9)
+        sec = g.maybe(lambda: sections, 0.85)
+        il = g.flag()
+
+        def oracle(res, pos=pos, dim=dim2, sec=sec, il=il):
+            if not isinstance(il, bool):
+                return
+            want = R.mrope_cos_sin(np.asarray(pos), dim, [int(v) for v in sec], interleaved=il)
+            check(res[0], want[0], res[0])
+            check(res[1], want[1], res[1])
+        return posemb.mrope_cos_sin, (pos, dim2, sec), dict(interleaved=il, dtype=g.dtype()), \
+            oracle if isinstance(sec, list) and isinstance(dim2, int) else None
+    if r < 0.4:
+        n, s = len(sections), g.small(0, 3)
+        return posemb.apply_multimodal_rotary_pos_emb, (
+            g.farr((1, 2, s, dim)), g.farr((1, 1, s, dim)), g.farr((n, 1, s, dim)),
+            g.farr((n, 1, s, dim)), g.maybe(lambda: sections, 0.85)), dict(
+            unsqueeze_dim=g.maybe(lambda: g.pick([1, 0, -3, 9, 2**40]), 0.9)), None
+    if r < 0.55:
+        axes = g.small(1, 3)
+        return posemb.axial_rope_cos_sin, (g.positions((g.small(0, 4), axes), 30),
+                                           g.maybe(lambda: 2 * axes * g.small(0, 3))), dict(
+            base=g.real(), interleaved=g.flag(), dtype=g.dtype()), None
+    if r < 0.75:
+        return posemb.xpos_cos_sin, (g.positions((g.small(0, 5),), 3000), g.even()), dict(
+            scale_base=g.maybe(lambda: g.pick([512.0, 8.0, 1.0])), center=g.maybe(
+                lambda: g.pick([0.0, 4.0, -1e6])), interleaved=g.flag(), dtype=g.dtype()), None
+    heads, hd = g.small(1, 3), 2 * g.small(0, 3)
+    w = g.maybe(lambda: g.array((heads * hd, g.small(0, 2)), g.pick(["f4", "f8", "i8", "f2"])))
+    to = g.maybe(lambda: g.pick(["half", "interleaved"]), 0.9)
+    rd = g.maybe(lambda: g.pick([None, 2, hd]), 0.9)
+
+    def oracle(res, w=w, heads=heads, to=to, rd=rd):
+        np.testing.assert_array_equal(res, R.convert_rope_layout(np.array(w), heads, to=to,
+                                                                 rotary_dim=rd))
+    return posemb.convert_rope_layout, (w, g.maybe(lambda: heads, 0.9)), dict(
+        to=to, rotary_dim=rd), oracle if isinstance(w, np.ndarray) else None
+
+
+def mk_bias_out(g):
+    """alibi_bias and t5_relative_bias with out=."""
+    q, k, h = g.small(0, 3), g.small(0, 3), g.small(1, 3)
+    out = g.out((h, q, k)) if g.chance(0.9) else g.anything()
+    if isinstance(out, np.ndarray) and g.chance(0.3):
+        out = np.ascontiguousarray(out) if out.dtype.isnative else out
+    if g.chance(0.5):
+        return posemb.alibi_bias, (g.maybe(lambda: h), q, k), dict(
+            symmetric=g.flag(), out=out), None
+    t = g.farr((32, h))
+    if isinstance(t, np.ndarray) and isinstance(out, np.ndarray) and g.chance(0.1) \
+            and t.size >= out.size and t.flags.writeable and t.flags.c_contiguous:
+        out = t.reshape(-1)[:out.size].reshape(out.shape)        # out overlapping table
+    return posemb.t5_relative_bias, (t, q, k), dict(query_offset=g.small(-3, 3), out=out), None
+
+
 # ------------------------------------------------------------------ private _core
 
 GUFUNCS = [_core.rope_half_fwd, _core.rope_half_back, _core.rope_inter_fwd,
@@ -517,6 +728,15 @@ def mk_core(g):
                                        g.array((n, h), "?", "C"), g.flag())),
         lambda: (_core._stream, (g.pick(["scale", "fill", "copy", "x"]),
                                  g.array((n,), "f4", "C"), g.array((n,), "f4", "C"))),
+        lambda: (_core._rope_varlen, (g.array((n, 2, 2 * h), edt, "C"),
+                                      np.array(sorted(g.r.randint(0, n) for _ in range(h))
+                                               + [n], np.int64) if g.chance(0.7)
+                                      else g.array((h + 1,), "i8", "C"),
+                                      None if g.chance(0.5) else g.array((h,), "i8", "C"),
+                                      g.array((g.small(0, 5), 2 * h), edt, "C"),
+                                      g.array((g.small(0, 5), 2 * h), edt, "C"), g.flag(),
+                                      g.flag(), g.array((n, 2, 2 * h), edt,
+                                                        g.pick(["C", "strided", "reversed"])))),
     ]
     fn, args = g.pick(makers)()
     args = tuple(g.anything() if g.chance(0.08) else a for a in args)
@@ -526,7 +746,8 @@ def mk_core(g):
 MAKERS = [(mk_apply_rope, 8), (lambda g: mk_apply_rope(g, True), 4), (mk_rope_cos_sin, 3),
           (mk_rope_module, 6), (mk_rotate, 2), (mk_hf, 2), (mk_meta, 2), (mk_tables, 2),
           (mk_sinusoidal, 5), (mk_learned, 6), (mk_t5, 5), (mk_shaw, 4), (mk_alibi, 3),
-          (mk_masks, 4), (mk_attention, 2)]
+          (mk_masks, 4), (mk_attention, 2), (mk_scaling, 4), (mk_varlen, 5),
+          (mk_rope_batched, 3), (mk_variants, 4), (mk_bias_out, 2)]
 PUBLIC = [m for m, w in MAKERS for _ in range(w)]
 
 
@@ -546,7 +767,7 @@ CORE_OUTS = {"_rope_table": (4, 5), "_sinusoidal_table": (3,), "_learned_back": 
              "_t5_bucket": (1,), "_t5_bias": (1,), "_t5_bias_backward": (1,),
              "_shaw_index": (0,), "_shaw_embed": (1,), "_shaw_embed_backward": (1,),
              "_alibi_bias": (1,), "_causal_mask": (0,), "_padding_mask": (1,),
-             "_stream": (1, 2), "_rope_grid": (4,)}
+             "_stream": (1, 2), "_rope_grid": (4,), "_rope_varlen": (7,)}
 
 
 def snapshot(fn, args, kw):
@@ -554,6 +775,10 @@ def snapshot(fn, args, kw):
     outs = [kw["out"]] if isinstance(kw.get("out"), np.ndarray) else []
     outs += [args[i] for i in CORE_OUTS.get(getattr(fn, "__name__", ""), ())
              if i < len(args) and isinstance(args[i], np.ndarray)]
+    inplace = kw.get("inplace")
+    if getattr(fn, "__name__", "") == "apply_qk" and isinstance(inplace, (bool, np.bool_, int)) \
+            and kw["inplace"]:
+        outs += [a for a in args[:2] if isinstance(a, np.ndarray)]   # rotated in place
     if isinstance(fn, np.ufunc):                 # positional outputs of a ufunc
         outs += [a for a in args[fn.nin:] if isinstance(a, np.ndarray)]
     items = [(i, a) for i, a in enumerate(args)] + [(k, v) for k, v in kw.items() if k != "out"]

@@ -34,6 +34,25 @@ LPE = posemb.LearnedPE(32, 64, seed=0)
 FC = posemb.precompute_freqs_cis(64, 16)
 MASK = posemb.causal_mask(16)
 BAD = np.ones((3, 5), np.float32)
+XV = rng.standard_normal((64, 4, 64)).astype(np.float32)       # packed: 16 + 0 + 48 tokens
+CU = np.array([0, 16, 16, 64])
+OFFS = np.array([3, 0, 7])
+VC, VS = posemb.rope_cos_sin(np.arange(64), 64)
+DYN = {"rope_type": "dynamic", "factor": 2.0}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+LLAMA = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 128,
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}
+ROPE_DYN = posemb.RoPE(64, 32, scaling=DYN, max_position_embeddings=16)
+Q4 = XB[:, :, :16]
+K4 = XB[:, :2, :16].copy()
+MPOS = np.stack([np.zeros(16, int), np.arange(16) // 4, np.arange(16) % 4])[:, None]
+MC, MS = posemb.rope_cos_sin(np.tile(np.arange(16), (3, 1, 1)), 64)
+GRID = np.stack([a.ravel() for a in np.indices((4, 4))], axis=-1)
+WQ = rng.standard_normal((256, 64)).astype(np.float32)
+OUT_ALIBI = np.empty((8, 16, 16), np.float32)
+OUT_T5 = np.empty((4, 16, 16), np.float32)
+OUTV = np.empty_like(XV)
 
 CALLS = [
     ("rope_inv_freq", posemb.rope_inv_freq, (64,), {}),
@@ -85,6 +104,40 @@ CALLS = [
     ("create_padding_mask", posemb.create_padding_mask, (POS, 16), {}),
     ("scaled_dot_product_attention", posemb.scaled_dot_product_attention, (X, X, X),
      {"mask": MASK}),
+    ("rope_scaling_parameters", posemb.rope_scaling_parameters, (64, 10000.0, YARN), {}),
+    ("rope_scaling_parameters-error", posemb.rope_scaling_parameters,
+     (64, 10000.0, {"rope_type": "linear"}), {}),
+    ("rope_inv_freq-scaling", posemb.rope_inv_freq, (64,),
+     {"scaling": DYN, "max_position_embeddings": 16, "seq_len": 40}),
+    ("rope_cos_sin-scaling", posemb.rope_cos_sin, (POS, 64), {"scaling": YARN}),
+    ("rope_config", posemb.rope_config, (LLAMA,), {}),
+    ("RoPE-scaling", posemb.RoPE, (64, 16), {"scaling": YARN}),
+    ("RoPE.__call__-dynamic", ROPE_DYN, (X,), {"offset": 20}),
+    ("RoPE.__call__-offset-array", ROPE, (XB[:, :, :16],), {"offset": np.array([3, 9])}),
+    ("RoPE.backward-offset-array", ROPE.backward, (XB[:, :, :16],),
+     {"offset": np.array([3, 9])}),
+    ("RoPE.apply_qk", ROPE.apply_qk, (Q4, K4), {"offset": np.array([1, 5])}),
+    ("RoPE.apply_qk-error", ROPE.apply_qk, (Q4, K4[..., :8]), {}),
+    ("RoPE.apply_varlen", ROPE.apply_varlen, (XV, CU), {"offset": OFFS}),
+    ("RoPE.apply_varlen-far", ROPE.apply_varlen, (XV, CU), {"offset": 2**40}),
+    ("apply_rope_varlen", posemb.apply_rope_varlen, (XV, CU, VC[:56], VS[:56]),
+     {"offset": OFFS}),
+    ("apply_rope_varlen-out", posemb.apply_rope_varlen, (XV, CU, VC, VS), {"out": OUTV}),
+    ("apply_rope_varlen-error", posemb.apply_rope_varlen, (XV, CU, VC[:8], VS[:8]), {}),
+    ("apply_rope_varlen-error-cu", posemb.apply_rope_varlen, (XV, CU[::-1], VC, VS), {}),
+    ("_core._rope_varlen-error", posemb._core._rope_varlen,
+     (XV, CU, None, VC[:8], VS[:8], False, False, OUTV), {}),
+    ("convert_rope_layout", posemb.convert_rope_layout, (WQ, 4), {}),
+    ("convert_rope_layout-error", posemb.convert_rope_layout, (WQ, 3), {}),
+    ("mrope_cos_sin", posemb.mrope_cos_sin, (MPOS, 64, [8, 12, 12]), {}),
+    ("mrope_cos_sin-error", posemb.mrope_cos_sin, (MPOS, 64, [8, 12, 11]), {}),
+    ("apply_multimodal_rotary_pos_emb", posemb.apply_multimodal_rotary_pos_emb,
+     (XB[:1, :, :16], XB[:1, :2, :16], MC, MS, [8, 12, 12]), {}),
+    ("axial_rope_cos_sin", posemb.axial_rope_cos_sin, (GRID, 64), {}),
+    ("xpos_cos_sin", posemb.xpos_cos_sin, (POS, 64), {"center": 8}),
+    ("xpos_cos_sin-error", posemb.xpos_cos_sin, (POS + 2**40, 64), {}),
+    ("alibi_bias-out", posemb.alibi_bias, (8, 16, 16), {"out": OUT_ALIBI}),
+    ("t5_relative_bias-out", posemb.t5_relative_bias, (T5T, 16, 16), {"out": OUT_T5}),
     ("_core._t5_bias-error", posemb._core._t5_bias, (T5T, np.empty((3, 16, 16), np.float32),
                                                      True, 128, 0), {}),
     ("_core._learned_back-error", posemb._core._learned_back,

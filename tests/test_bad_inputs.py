@@ -26,6 +26,8 @@ from _layouts import lay
 
 F, SIZE, OFFSET, POS, REAL, DTYPE, FLAG, OUT, CHOICE, OTHER = (
     "float", "size", "offset", "pos", "real", "dtype", "flag", "out", "choice", "other")
+OFFSETS, CUSEQ, SCALING, SECTIONS, OUTC = ("offsets", "cu_seqlens", "scaling", "sections",
+                                            "out_c")
 
 
 class Spec:
@@ -65,6 +67,215 @@ def rope_oracle(backward):
         return fn(np.array(x, np.float64), np.array(cos, np.float64), np.array(sin, np.float64),
                   interleaved=bool(interleaved))
     return f
+
+
+# RoPE scaling and variants
+XV = _x((7, 2, 8))                       # packed: sequences of 3, 0 and 4 tokens
+CU = np.array([0, 3, 3, 7])
+VC, VS = posemb.rope_cos_sin(np.arange(6), 6)      # 6 rows, partial rotary (r = 6 < 8)
+DYN = {"rope_type": "dynamic", "factor": 2.0}
+MPOS = np.stack([np.zeros(6, int), np.arange(6) // 3, np.arange(6) % 3])[:, None]  # (3, 1, 6)
+MC, MS = posemb.rope_cos_sin(np.tile(np.arange(5), (3, 1, 1)) * [[[1]], [[2]], [[3]]], 16)
+GRID = np.stack([a.ravel() for a in np.indices((4, 6))], axis=-1)                  # (24, 2)
+LLAMA = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 500000.0,
+         "max_position_embeddings": 256,
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}
+
+
+def _rope_positions(x, positions, offset):
+    if positions is not None:
+        return np.asarray(positions)
+    x = np.asarray(x)
+    off = np.asarray(offset, dtype=np.int64)
+    if off.ndim == 1:
+        off = off.reshape((-1,) + (1,) * (x.ndim - 2))
+    return off + np.arange(x.shape[-2])
+
+
+def rope_module_oracle(backward, r=6):
+    def f(x, positions=None, offset=0, out=None, grad=None):
+        x = grad if x is None else x
+        cos, sin = R.rope_cos_sin(_rope_positions(x, positions, offset), r)
+        fn = R.apply_rope_backward if backward else R.apply_rope
+        return fn(np.array(x, np.float64), cos, sin)
+    return f
+
+
+def apply_qk_oracle(q, k, positions=None, offset=0, inplace=False):
+    cos, sin = R.rope_cos_sin(_rope_positions(q, positions, offset), 6)
+    return R.apply_rope(q, cos, sin), R.apply_rope(k, cos, sin)
+
+
+def varlen_oracle(x, cu_seqlens, cos, sin, interleaved=False, offset=0, out=None):
+    return R.apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=bool(interleaved),
+                               offset=offset)
+
+
+def rope_varlen_module_oracle(x, cu_seqlens, offset=0, out=None):
+    rows = int(np.max(np.asarray(offset), initial=0)) + np.asarray(x).shape[0] + 1
+    cos, sin = R.rope_cos_sin(np.arange(rows), 6)
+    return R.apply_rope_varlen(x, cu_seqlens, cos, sin, offset=offset)
+
+
+def scaled_cos_sin_oracle(positions, dim, base, scaling, max_position_embeddings, seq_len,
+                          interleaved, dtype):
+    pos = np.asarray(positions)
+    if seq_len is None and pos.size:
+        seq_len = int(pos.max()) + 1
+    inv, attn = R.rope_scaling(dim, base, scaling, max_position_embeddings=max_position_embeddings,
+                               seq_len=seq_len)
+    cos, sin = R._band_tables([pos], [inv], bool(interleaved))
+    return cos * attn, sin * attn
+
+
+def multimodal_oracle(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
+    cos, sin = np.asarray(cos, np.float64), np.asarray(sin, np.float64)
+    sections = [int(v) for v in np.asarray(mrope_section).reshape(-1)]
+    h = cos.shape[-1] // 2
+    cs, sn = np.empty(cos.shape[1:]), np.empty(sin.shape[1:])
+    a = 0
+    for j, w in enumerate(sections):
+        for lo in (a, h + a):
+            cs[..., lo:lo + w], sn[..., lo:lo + w] = cos[j, ..., lo:lo + w], sin[j, ..., lo:lo + w]
+        a += w
+    cs, sn = np.expand_dims(cs, unsqueeze_dim), np.expand_dims(sn, unsqueeze_dim)
+    return R.apply_rope(q, cs, sn), R.apply_rope(k, cs, sn)
+
+
+def mrope_oracle(positions, dim, mrope_section, base, interleaved, dtype, scaling,
+                 max_position_embeddings):
+    pos = np.asarray(positions)
+    sections = [int(v) for v in np.asarray(mrope_section).reshape(-1)]
+    inv, attn = R.rope_scaling(dim, base, scaling, max_position_embeddings=max_position_embeddings,
+                               seq_len=int(pos.max()) + 1 if pos.size else None)
+    bounds = np.cumsum([0] + sections)
+    cos, sin = R._band_tables([pos[j] for j in range(len(sections))],
+                              [inv[bounds[j]:bounds[j + 1]] for j in range(len(sections))],
+                              bool(interleaved))
+    return cos * attn, sin * attn
+
+
+MROPE_SCALING_GOOD = [("none", None), ("mrope", {"type": "mrope", "mrope_section": [2, 3, 3]}),
+                      ("linear", {"rope_type": "linear", "factor": 4.0}),
+                      ("yarn", {"rope_type": "yarn", "factor": 4.0,
+                                "original_max_position_embeddings": 4})]
+MROPE_SCALING_BAD = [("linear", TypeError, "scaling"), ({"rope_type": "ntk"}, ValueError, "scaling"),
+                     ({"rope_type": "linear", "factor": "2"}, TypeError, "scaling"),
+                     ({"rope_type": "dynamic", "factor": 2.0}, ValueError,
+                      "max_position_embeddings")]
+
+
+def _rope_config_summary(config, seq_len=None, dtype=np.float32):
+    rope = posemb.rope_config(config, seq_len=seq_len, dtype=dtype)
+    return rope.inv_freq, rope.cos_cached, rope.sin_cached
+
+
+SCALING_GOOD = [
+    ("None", None), ("empty", {}), ("default", {"rope_type": "default"}),
+    ("type-key", {"type": "linear", "factor": 2.0}), ("int-factor", {"rope_type": "linear", "factor": 2}),
+    ("numpy-factor", {"rope_type": "linear", "factor": np.float32(2.0)}),
+    ("dynamic-extra-keys", {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1.0}),
+    ("yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}),
+    ("yarn-from-max-pos", {"rope_type": "yarn", "factor": 4.0, "beta_fast": 8, "beta_slow": 2}),
+    ("yarn-mscale", {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7, "mscale_all_dim": 0.5,
+                     "truncate": False}),
+    ("longrope", {"rope_type": "longrope", "short_factor": [1.0, 1.5, 2, 3],
+                  "long_factor": (2, 3, 4, 5.0), "original_max_position_embeddings": 8}),
+    ("longrope-array", {"rope_type": "longrope", "short_factor": np.ones(4),
+                        "long_factor": np.full(4, 2, np.int32), "factor": 4.0}),
+    ("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8}),
+    ("mrope", {"type": "mrope", "mrope_section": [1, 1, 2]}),
+]
+_LR = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
+_Y = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+SCALING_BAD = [
+    ("type-list", [("rope_type", "linear")], TypeError), ("type-str", "linear", TypeError),
+    ("type-float", 2.0, TypeError), ("rope_type-int", {"rope_type": 3}, TypeError),
+    ("rope_type-None", {"rope_type": None, "factor": 2.0}, ValueError),
+    ("unknown-type", {"rope_type": "ntk-by-parts", "factor": 2.0}, ValueError),
+    ("no-type", {"factor": 2.0}, ValueError),
+    ("missing-factor", {"rope_type": "linear"}, ValueError),
+    ("factor-None", {"rope_type": "linear", "factor": None}, ValueError),
+    ("factor-str", {"rope_type": "linear", "factor": "2"}, TypeError),
+    ("factor-bool", {"rope_type": "dynamic", "factor": True}, TypeError),
+    ("factor-list", {"rope_type": "linear", "factor": [2.0]}, TypeError),
+    ("factor-array", {"rope_type": "linear", "factor": np.array([2.0, 3.0])}, TypeError),
+    ("factor-complex", {"rope_type": "linear", "factor": 2j}, TypeError),
+    ("factor-0", {"rope_type": "linear", "factor": 0}, ValueError),
+    ("factor-negative", {"rope_type": "dynamic", "factor": -2.0}, ValueError),
+    ("factor-nan", {"rope_type": "linear", "factor": float("nan")}, ValueError),
+    ("factor-inf", {"rope_type": "yarn", "factor": float("inf")}, ValueError),
+    ("yarn-orig-str", dict(_Y, original_max_position_embeddings="8"), TypeError),
+    ("yarn-orig-float", dict(_Y, original_max_position_embeddings=8.5), TypeError),
+    ("yarn-orig-0", dict(_Y, original_max_position_embeddings=0), ValueError),
+    ("yarn-beta-str", dict(_Y, beta_fast="32"), TypeError),
+    ("yarn-beta-negative", dict(_Y, beta_slow=-1.0), ValueError),
+    ("yarn-mscale-str", dict(_Y, mscale="1", mscale_all_dim=1.0), TypeError),
+    ("yarn-attention-nan", dict(_Y, attention_factor=float("nan")), ValueError),
+    ("yarn-truncate-str", dict(_Y, truncate="no"), TypeError),
+    ("longrope-missing", {"rope_type": "longrope", "short_factor": [1.0] * 4}, ValueError),
+    ("longrope-length", dict(_LR, short_factor=[1.0] * 3), ValueError),
+    ("longrope-2d", dict(_LR, long_factor=[[2.0] * 4]), ValueError),
+    ("longrope-str", dict(_LR, short_factor="abcd"), TypeError),
+    ("longrope-bool", dict(_LR, long_factor=[True] * 4), TypeError),
+    ("longrope-None-entries", dict(_LR, short_factor=[None] * 4), (TypeError, ValueError)),
+    ("longrope-negative", dict(_LR, short_factor=[-1.0] * 4), ValueError),
+    ("longrope-nan", dict(_LR, long_factor=[float("nan")] * 4), ValueError),
+    ("longrope-orig-1", dict(_LR, original_max_position_embeddings=1, factor=4.0), ValueError),
+    ("llama3-missing", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                        "original_max_position_embeddings": 8}, ValueError),
+    ("llama3-equal", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0,
+                      "high_freq_factor": 2.0, "original_max_position_embeddings": 8},
+     ValueError),
+    ("llama3-low-above-high", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                               "high_freq_factor": 1.0, "original_max_position_embeddings": 8},
+     ValueError),
+    ("llama3-orig-str", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": "8"},
+     TypeError),
+]
+
+CONFIG_GOOD = [
+    ("llama3", LLAMA), ("head_dim", {"head_dim": 8}),
+    ("gptj", {"n_embd": 64, "n_head": 4, "rotary_dim": 8, "model_type": "gptj"}),
+    ("neox", {"hidden_size": 64, "num_attention_heads": 4, "rotary_pct": 0.5,
+              "rotary_emb_base": 100.0}),
+    ("text_config", {"text_config": {"head_dim": 8, "rope_scaling": DYN,
+                                     "max_position_embeddings": 16}}),
+    ("v5-rope_parameters", {"head_dim": 8, "rope_parameters": {"rope_type": "default",
+                                                               "rope_theta": 100.0}}),
+    ("phi3", {"head_dim": 8, "max_position_embeddings": 64, "original_max_position_embeddings": 16,
+              "rope_scaling": {"type": "longrope", "short_factor": [1] * 4,
+                               "long_factor": [2] * 4}}),
+    ("deepseek", {"qk_rope_head_dim": 8, "head_dim": 24, "rope_interleave": True,
+                  "max_position_embeddings": 64,
+                  "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                   "original_max_position_embeddings": 16}}),
+    ("rope_scaling-None", {"head_dim": 8, "rope_scaling": None}),
+]
+CONFIG_BAD = [
+    (["head_dim", 8], TypeError, "config"), ("config.json", TypeError, "config"),
+    (None, TypeError, "config"), ({}, ValueError, "config"),
+    ({"hidden_size": "64", "num_attention_heads": 4}, TypeError, "hidden_size"),
+    ({"hidden_size": 64, "num_attention_heads": 0}, ValueError, "num_attention_heads"),
+    ({"hidden_size": 4, "num_attention_heads": 8}, ValueError, "rotary width"),
+    ({"head_dim": 7}, ValueError, "rotary width"), ({"head_dim": 8.0}, TypeError, "head_dim"),
+    ({"head_dim": 8, "rope_theta": "theta"}, TypeError, "rope_theta"),
+    ({"head_dim": 8, "rope_theta": -1.0}, ValueError, "rope_theta"),
+    ({"head_dim": 8, "partial_rotary_factor": 0}, ValueError, "partial_rotary_factor"),
+    ({"head_dim": 8, "partial_rotary_factor": 2}, ValueError, "partial_rotary_factor"),
+    ({"head_dim": 8, "partial_rotary_factor": 0.1}, ValueError, "rotary width"),
+    ({"head_dim": 8, "rotary_dim": 10}, ValueError, "rotary_dim"),
+    ({"head_dim": 8, "rope_scaling": ["linear"]}, TypeError, "rope_scaling"),
+    ({"head_dim": 8, "rope_scaling": {"rope_type": "su"}}, ValueError, "rope_type"),
+    ({"head_dim": 8, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, ValueError,
+     "original"),
+    ({"head_dim": 8, "max_position_embeddings": "4096"}, TypeError, "max_position_embeddings"),
+    ({"head_dim": 8, "max_position_embeddings": 0}, ValueError, "max_position_embeddings"),
+    ({"head_dim": 8, "rope_interleave": "no"}, TypeError, "rope_interleave"),
+]
 
 
 SPECS = [
@@ -129,11 +340,16 @@ SPECS = [
     Spec("RoPE.__call__", ROPE, dict(x=X, positions=None, offset=0, out=None),
          dict(x=(F, dict(bad_shapes=[(), (2, 3, 6), (8,)])),
               positions=(POS, dict(err=ValueError, top=2**53, optional=True, shape=(3,))),
-              offset=(SIZE, {}), out=(OUT, {}))),
+              offset=(OFFSETS, dict(valid=np.array([1, 4]), top=2**53, err=ValueError)),
+              out=(OUT, {})),
+         oracle=rope_module_oracle(False), tol=1e-5),
     Spec("RoPE.backward", ROPE.backward, dict(grad=X, positions=np.arange(3), offset=0, out=None),
          dict(grad=(F, dict(bad_shapes=[(), (2, 3, 6)])),
               positions=(POS, dict(err=ValueError, top=2**53, optional=True, shape=(3,))),
-              offset=(SIZE, dict(bad=[(1, ValueError)])), out=(OUT, {}))),
+              offset=(OFFSETS, dict(valid=np.array([7, 0]), top=2**53, err=ValueError)),
+              out=(OUT, {})),
+         oracle=lambda grad, positions, offset, out: rope_module_oracle(True)(
+             grad, positions, offset), tol=1e-5),
     Spec("RoPE.cos_sin", ROPE.cos_sin, dict(positions=None, offset=2, seq_len=3, dtype=None),
          dict(positions=(POS, dict(err=ValueError, top=2**53, optional=True, shape=(3,))),
               offset=(SIZE, {}), seq_len=(SIZE, {}), dtype=(DTYPE, dict(optional=True)))),
@@ -198,14 +414,15 @@ SPECS = [
               max_distance=(SIZE, dict(bad=[(8, ValueError), (2**54, ValueError)])))),
     Spec("t5_relative_bias", posemb.t5_relative_bias,
          dict(table=T5T, query_length=3, key_length=4, bidirectional=True, num_buckets=32,
-              max_distance=128, query_offset=1),
+              max_distance=128, query_offset=1, out=None),
          dict(table=(F, dict(bad_shapes=[(), (32,), (31, 2), (1, 32, 2)])),
               query_length=(SIZE, {}), key_length=(SIZE, {}), bidirectional=(FLAG, {}),
               num_buckets=(SIZE, dict(minimum=4, bad=[(31, ValueError)])),
               max_distance=(SIZE, dict(bad=[(8, ValueError)])),
-              query_offset=(OFFSET, dict(bad=[(2**62, ValueError), (-2**62, ValueError)]))),
+              query_offset=(OFFSET, dict(bad=[(2**62, ValueError), (-2**62, ValueError)])),
+              out=(OUTC, dict(overlap_with="table"))),
          oracle=lambda table, query_length, key_length, bidirectional, num_buckets,
-         max_distance, query_offset: R.t5_bias(table, query_length, key_length,
+         max_distance, query_offset, out=None: R.t5_bias(table, query_length, key_length,
                                                bidirectional=bidirectional,
                                                num_buckets=num_buckets,
                                                max_distance=max_distance,
@@ -242,15 +459,15 @@ SPECS = [
          dict(num_heads=(SIZE, dict(minimum=1)), dtype=(DTYPE, {}))),
     Spec("alibi_bias", posemb.alibi_bias,
          dict(slopes_or_num_heads=np.array([0.5, 0.25, 1.0]), query_length=3, key_length=5,
-              symmetric=False, query_offset=None, dtype=np.float32),
+              symmetric=False, query_offset=None, dtype=np.float32, out=None),
          dict(slopes_or_num_heads=(F, dict(bad_shapes=[(2, 2)], ints_ok=True, nonfinite=True,
                                            optional_dtypes=("longdouble",))),
               query_length=(SIZE, dict(bad=[(2**53, ValueError)])), key_length=(SIZE, {}),
               symmetric=(FLAG, {}),
               query_offset=(OFFSET, dict(optional=True, bad=[(2**53, ValueError)])),
-              dtype=(DTYPE, {})),
+              dtype=(DTYPE, {}), out=(OUTC, dict(overlap_with="slopes_or_num_heads"))),
          oracle=lambda slopes_or_num_heads, query_length, key_length, symmetric, query_offset,
-         dtype: R.alibi_bias(slopes_or_num_heads, query_length, key_length,
+         dtype, out=None: R.alibi_bias(slopes_or_num_heads, query_length, key_length,
                              symmetric=symmetric, query_offset=query_offset), tol=1e-6),
     Spec("causal_mask", posemb.causal_mask,
          dict(query_length=3, key_length=5, window=2, query_offset=None),
@@ -284,6 +501,125 @@ SPECS = [
               scale=(REAL, dict(optional=True))),
          oracle=lambda q, k, v, mask, bias, scale: R.attention(q, k, v, mask=mask, bias=bias,
                                                                scale=scale), tol=1e-5),
+    # ---- RoPE scaling and variants
+    Spec("RoPE.apply_qk", ROPE.apply_qk,
+         dict(q=_x((2, 4, 3, 8)), k=_x((2, 2, 3, 8), seed=1), positions=None,
+              offset=np.array([1, 4]), inplace=False),
+         dict(q=(F, dict(bad_shapes=[(), (2, 4, 3, 6), (2, 4, 2, 8)])),
+              k=(F, dict(bad_shapes=[(), (2, 2, 3, 6), (2, 2, 2, 8), (3, 2, 3, 8)])),
+              positions=(POS, dict(err=ValueError, top=2**53, optional=True, shape=(3,))),
+              offset=(OFFSETS, dict(valid=np.array([1, 4]), top=2**53, err=ValueError)),
+              inplace=(FLAG, {})),
+         oracle=apply_qk_oracle, tol=1e-5),
+    Spec("RoPE.apply_varlen", ROPE.apply_varlen,
+         dict(x=XV, cu_seqlens=CU, offset=np.array([1, 5, 2]), out=None),
+         dict(x=(F, dict(bad_shapes=[(), (7, 8), (7, 2, 6), (7, 2, 2, 8)])),
+              cu_seqlens=(CUSEQ, dict(total=7)),
+              offset=(OFFSETS, dict(valid=np.array([1, 5, 2]), top=2**53, err=ValueError)),
+              out=(OUT, dict(strict_dtype=True))),
+         oracle=rope_varlen_module_oracle, tol=1e-5),
+    Spec("apply_rope_varlen", posemb.apply_rope_varlen,
+         dict(x=XV, cu_seqlens=CU, cos=VC, sin=VS, interleaved=False, offset=np.array([1, 2, 2]),
+              out=None),
+         dict(x=(F, dict(bad_shapes=[(), (7, 8), (7, 2, 4), (7, 2, 2, 8)])),
+              cu_seqlens=(CUSEQ, dict(total=7, rows=6)),
+              cos=(F, dict(bad_shapes=[(), (6,), (6, 7), (6, 10), (1, 6, 6), (5, 6)])),
+              sin=(F, dict(bad_shapes=[(), (6, 4), (7, 6)])),
+              interleaved=(FLAG, {}),
+              offset=(OFFSETS, dict(valid=np.array([1, 2, 2]), top=5, err=IndexError)),
+              out=(OUT, dict(strict_dtype=True))),
+         oracle=varlen_oracle, tol=1e-5),
+    Spec("rope_scaling_parameters", posemb.rope_scaling_parameters,
+         dict(dim=8, base=10000.0, scaling=DYN, max_position_embeddings=16, seq_len=32),
+         dict(dim=(SIZE, dict(odd=True, bad=[(2, ValueError)])), base=(REAL, dict(positive=True)),
+              scaling=(SCALING, {}),
+              max_position_embeddings=(SIZE, dict(minimum=1, optional=True,
+                                                  bad=[(None, ValueError)])),
+              seq_len=(SIZE, dict(optional=True))),
+         oracle=lambda dim, base, scaling, max_position_embeddings, seq_len: R.rope_scaling(
+             dim, base, scaling, max_position_embeddings=max_position_embeddings,
+             seq_len=seq_len), tol=1e-13),
+    Spec("rope_inv_freq/scaling", posemb.rope_inv_freq,
+         dict(dim=8, base=10000.0, scaling=DYN, max_position_embeddings=16, seq_len=32),
+         dict(scaling=(SCALING, {}),
+              max_position_embeddings=(SIZE, dict(minimum=1, optional=True,
+                                                  bad=[(None, ValueError)])),
+              seq_len=(SIZE, dict(optional=True))),
+         oracle=lambda dim, base, scaling, max_position_embeddings, seq_len: R.rope_scaling(
+             dim, base, scaling, max_position_embeddings=max_position_embeddings,
+             seq_len=seq_len)[0], tol=1e-13),
+    Spec("rope_cos_sin/scaling", posemb.rope_cos_sin,
+         dict(positions=np.arange(20), dim=8, base=10000.0, scaling=DYN,
+              max_position_embeddings=16, seq_len=None, interleaved=False, dtype=np.float64),
+         dict(positions=(POS, dict(err=ValueError, top=2**53)), scaling=(SCALING, {}),
+              max_position_embeddings=(SIZE, dict(minimum=1, optional=True,
+                                                  bad=[(None, ValueError)])),
+              seq_len=(SIZE, dict(optional=True))),
+         oracle=scaled_cos_sin_oracle, tol=1e-12),
+    Spec("RoPE/scaling", posemb.RoPE,
+         dict(head_size=8, seq_len=6, scaling=DYN, max_position_embeddings=16),
+         dict(scaling=(SCALING, {}),
+              max_position_embeddings=(SIZE, dict(minimum=1, optional=True,
+                                                  bad=[(None, ValueError)])))),
+    Spec("rope_config", _rope_config_summary, dict(config=LLAMA, seq_len=None, dtype=np.float32),
+         dict(config=(OTHER, dict(good=CONFIG_GOOD, bad=CONFIG_BAD)),
+              seq_len=(SIZE, dict(optional=True)), dtype=(DTYPE, {}))),
+    Spec("convert_rope_layout", posemb.convert_rope_layout,
+         dict(weight=np.arange(16.0).reshape(8, 2), num_heads=2, to="half", rotary_dim=2),
+         dict(weight=(OTHER, dict(
+             good=[(lo, lay(np.arange(16.0).reshape(8, 2), np.float64, lo))
+                   for lo in ("F", "strided", "reversed", "transposed", "swapped", "readonly",
+                              "unaligned")] + [
+                 ("zero-stride", np.broadcast_to(np.arange(2.0), (8, 2))),
+                 ("int", np.arange(16).reshape(8, 2)), ("float16", np.ones((8, 2), np.float16)),
+                 ("list", np.arange(16.0).reshape(8, 2).tolist()), ("bias-1d", np.arange(8.0)),
+                 ("rank-3", np.ones((8, 2, 3))), ("empty-in", np.ones((8, 0)))],
+             bad=[(np.float64(1.0), ValueError, "weight"), (None, ValueError, "weight"),
+                  (np.ones((9, 2)), ValueError, "weight"),
+                  (np.ones((2, 2)), ValueError, "rotary_dim")])),
+              num_heads=(SIZE, dict(minimum=1, bad=[(3, ValueError), (2**40, ValueError)])),
+              to=(CHOICE, {}),
+              rotary_dim=(SIZE, dict(minimum=2, odd=True, optional=True, bad=[(6, ValueError)]))),
+         oracle=lambda weight, num_heads, to, rotary_dim: R.convert_rope_layout(
+             weight, num_heads, to=to, rotary_dim=rotary_dim)),
+    Spec("mrope_cos_sin", posemb.mrope_cos_sin,
+         dict(positions=MPOS, dim=16, mrope_section=[2, 3, 3], base=10000.0, interleaved=False,
+              dtype=np.float64, scaling=None, max_position_embeddings=None),
+         dict(positions=(POS, dict(err=ValueError, top=2**53, scalar_err=True)),
+              dim=(SIZE, dict(odd=True, bad=[(14, ValueError)], match="mrope_section")),
+              mrope_section=(SECTIONS, {}), base=(REAL, dict(positive=True)),
+              interleaved=(FLAG, {}), dtype=(DTYPE, {}),
+              scaling=(OTHER, dict(good=MROPE_SCALING_GOOD, bad=MROPE_SCALING_BAD)),
+              max_position_embeddings=(SIZE, dict(minimum=1, optional=True))),
+         oracle=mrope_oracle, tol=1e-12),
+    Spec("apply_multimodal_rotary_pos_emb", posemb.apply_multimodal_rotary_pos_emb,
+         dict(q=_x((1, 2, 5, 16)), k=_x((1, 1, 5, 16), seed=2), cos=MC, sin=MS,
+              mrope_section=[2, 3, 3], unsqueeze_dim=1),
+         dict(q=(F, dict(bad_shapes=[(), (1, 2, 5, 14), (1, 2, 4, 16)])),
+              k=(F, dict(bad_shapes=[(1, 1, 5, 8), (1, 1, 6, 16)])),
+              cos=(F, dict(bad_shapes=[(), (16,), (2, 1, 5, 16), (3, 1, 5, 15)])),
+              sin=(F, dict(bad_shapes=[(3, 1, 5, 14), (3, 1, 4, 16)])),
+              mrope_section=(SECTIONS, {}),
+              unsqueeze_dim=(OFFSET, dict(bad=[(7, ValueError), (2**40, ValueError),
+                                               (-9, ValueError)]))),
+         oracle=multimodal_oracle, tol=1e-5),
+    Spec("axial_rope_cos_sin", posemb.axial_rope_cos_sin,
+         dict(positions=GRID, dim=16, base=100.0, interleaved=True, dtype=np.float64),
+         dict(positions=(POS, dict(err=ValueError, top=2**53, scalar_err=True)),
+              dim=(SIZE, dict(odd=True, bad=[(6, ValueError)])), base=(REAL, dict(positive=True)),
+              interleaved=(FLAG, {}), dtype=(DTYPE, {})),
+         oracle=lambda positions, dim, base, interleaved, dtype: R.axial_rope_cos_sin(
+             positions, dim, base, interleaved=bool(interleaved)), tol=1e-12),
+    Spec("xpos_cos_sin", posemb.xpos_cos_sin,
+         dict(positions=np.arange(8), dim=8, base=10000.0, scale_base=64.0, center=4.0,
+              interleaved=False, dtype=np.float64),
+         dict(positions=(POS, dict(err=ValueError, top=2**53)),
+              dim=(SIZE, dict(minimum=2, odd=True)), base=(REAL, dict(positive=True)),
+              scale_base=(REAL, dict(positive=True)), center=(REAL, {}),
+              interleaved=(FLAG, {}), dtype=(DTYPE, {})),
+         oracle=lambda positions, dim, base, scale_base, center, interleaved, dtype:
+         R.xpos_cos_sin(positions, dim, base, scale_base=scale_base, center=center,
+                        interleaved=bool(interleaved)), tol=1e-12),
 ]
 
 
@@ -396,7 +732,8 @@ def _pos_variants(spec, name, good, opts):
     if not opts.get("rank1"):
         yield "zero-stride", np.broadcast_to(good.reshape(-1)[:1], good.shape), None
     yield "empty-ok" if opts.get("rank1") else "scalar", \
-        (np.zeros(0, np.int64) if opts.get("rank1") else np.int64(0)), None
+        (np.zeros(0, np.int64) if opts.get("rank1") else np.int64(0)), \
+        (ValueError, name) if opts.get("scalar_err") else None
     for dt in ("float64", "float32", "bool", "complex128", "object"):
         yield f"dtype-{dt}", good.astype(dt), (TypeError, name)
     yield "dtype-str", np.full(good.shape, "1"), (TypeError, name)
@@ -455,11 +792,132 @@ def _choice_variants(spec, name, good, opts):
     yield "type-list", [good], (ValueError, name)
     yield "type-None", None, (ValueError, name)
     yield "upper", good.upper(), (ValueError, name)
+    yield "type-array", np.array([good, good]), ((TypeError, ValueError), name)
 
 
 def _other_variants(spec, name, good, opts):
-    for value, err in opts.get("bad", []):
-        yield f"bad-{type(value).__name__}", value, (err, name)
+    for label, value in opts.get("good", []):
+        yield f"good-{label}", value, None
+    for i, item in enumerate(opts.get("bad", [])):
+        value, err = item[:2]
+        yield f"bad-{type(value).__name__}" + (f"-{i}" if "good" in opts else ""), value, \
+            (err, item[2] if len(item) > 2 else name)
+
+
+def _offsets_variants(spec, name, good, opts):
+    """An integer offset, or one per sequence (shape (batch,)); valid: a good array."""
+    valid, top, err = opts["valid"], opts["top"], opts["err"]
+    n = valid.shape[0]
+    yield "int-0", 0, None
+    yield "int", 1, None
+    yield "numpy-int64", np.int64(1), None
+    yield "array-0d", np.array(1), None
+    yield "array", valid, None
+    yield "list", valid.tolist(), None
+    yield "tuple", tuple(valid.tolist()), None
+    for dt in ("int32", "uint8", "int16", "uint64", ">i8"):
+        yield f"dtype-{dt}", valid.astype(dt), None
+    yield "reversed", valid[::-1], None
+    yield "zero-stride", np.broadcast_to(valid[:1], valid.shape), None
+    yield "unaligned", lay(valid, np.int64, "unaligned"), None
+    yield "readonly", lay(valid, np.int64, "readonly"), None
+    for label, bad in (("float", 1.5), ("str", "1"), ("bool", True), ("None", None),
+                       ("complex", 1j), ("dict", {"a": 1})):
+        yield f"type-{label}", bad, (TypeError, name)
+    for dt in ("float64", "bool", "complex128", "object"):
+        yield f"dtype-{dt}", valid.astype(dt), (TypeError, name)
+    yield "dtype-str", np.full(n, "1"), (TypeError, name)
+    yield "dtype-float-0d", np.array(1.0), (TypeError, name)
+    yield "wrong-length", np.zeros(n + 1, np.int64), (ValueError, name)
+    yield "short", np.zeros(n - 1, np.int64), (ValueError, name)
+    yield "rank-2", valid[None], (ValueError, name)
+    yield "negative", -1, (ValueError, name)
+    neg = valid.copy()
+    neg[-1] = -1
+    yield "negative-entry", neg, (ValueError, name)
+    yield "too-large", top, (err, name)
+    big = valid.copy()
+    big[-1] = top
+    yield "too-large-entry", big, (err, name)
+    yield "huge", 2**70, ((ValueError, IndexError), name)
+    yield "huge-negative", -2**70, (ValueError, name)
+    yield "int64-max", np.full(n, 2**63 - 1), ((ValueError, IndexError), name)
+    yield "uint64-huge", np.full(n, 2**64 - 1, np.uint64), ((ValueError, IndexError), name)
+
+
+def _cu_variants(spec, name, good, opts):
+    """cu_seqlens: batch + 1 integers from 0 up to total_tokens, never decreasing."""
+    total = opts["total"]
+    yield "list", good.tolist(), None
+    yield "tuple", tuple(good.tolist()), None
+    for dt in ("int32", "uint8", "int16", "uint64", ">i8"):
+        yield f"dtype-{dt}", good.astype(dt), None
+    for layout in ("strided", "readonly", "unaligned"):
+        yield layout, lay(good, np.int64, layout), None
+    yield "one-sequence", np.array([0, total]), None if "rows" not in opts else (IndexError, name)
+    yield "empty-sequences", np.array([0, 0, total, total]), \
+        None if "rows" not in opts else (IndexError, name)
+    for label, bad in (("start-1", [1, 3, 3, total]), ("decreasing", [0, 3, 2, total]),
+                       ("end-short", [0, 3, 3, total - 1]), ("end-over", [0, 3, 3, total + 1]),
+                       ("negative", [0, -1, 3, total]), ("int64-min", [0, -2**63, 3, total]),
+                       ("huge", [0, 2**62, 3, total]), ("only-start", [0]),
+                       ("reversed", good[::-1].tolist()), ("huge-end", [0, 3, 3, 2**63 - 1])):
+        yield label, np.array(bad, np.int64), (ValueError, name)
+    yield "uint64-huge", np.array([0, 3, 2**64 - 1, total], np.uint64), (ValueError, name)
+    yield "empty", np.zeros(0, np.int64), (ValueError, name)
+    yield "rank-2", good[None], (ValueError, name)
+    yield "scalar", np.int64(total), (ValueError, name)
+    for dt in ("float64", "bool", "complex128", "object"):
+        yield f"dtype-{dt}", good.astype(dt), (TypeError, name)
+    for label, bad in (("str", "abc"), ("None", None), ("float", 7.0), ("dict", {"a": 1})):
+        yield f"type-{label}", bad, (TypeError, name)
+
+
+def _scaling_variants(spec, name, good, opts):
+    for label, value in SCALING_GOOD:
+        yield f"good-{label}", value, None
+    for label, value, err in SCALING_BAD:
+        yield label, value, (err, name)
+
+
+def _sections_variants(spec, name, good, opts):
+    """mrope_section: non-negative integers summing to dim // 2 (here [2, 3, 3])."""
+    yield "tuple", tuple(good), None
+    yield "array", np.array(good), None
+    yield "int32-array", np.array(good, np.int32), None
+    yield "numpy-ints", [np.int64(v) for v in good], None
+    yield "zero-section", [0, 4, 4], None
+    yield "2d-array", np.array([good]), None
+    for label, bad in (("sum-low", [2, 3, 2]), ("sum-high", [2, 3, 4]), ("negative", [-1, 5, 4]),
+                       ("empty", []), ("four-sections", [2, 3, 3, 0]),
+                       ("huge", [2**70, 3, 3])):
+        yield label, bad, (ValueError, name)
+    for label, bad in (("float", [2.0, 3, 3]), ("float-array", np.array([2.0, 3, 3])),
+                       ("str", "233"), ("None", None), ("bool", [True, 3, 4]),
+                       ("objects", [object(), 3, 3]), ("dict", {"a": 1})):
+        yield label, bad, (TypeError, name)
+
+
+def _outc_variants(spec, name, good, opts):
+    """out= of a kernel that writes a whole C-contiguous array (any float dtype)."""
+    plain = spec.fn(**spec.args)
+    shape, dtype = plain.shape, plain.dtype
+    yield "fresh", np.empty(shape, dtype), None
+    yield "float64", np.empty(shape, np.float64), None
+    yield "float16", np.empty(shape, np.float16), None
+    for layout in ("F", "strided", "reversed", "unaligned"):
+        yield layout, lay(np.zeros(shape), dtype, layout) if layout != "F" else \
+            np.asfortranarray(np.zeros(shape, dtype)), (ValueError, name)
+    yield "swapped", np.empty(shape, dtype.newbyteorder()), (TypeError, name)
+    yield "readonly", lay(np.zeros(shape), dtype, "readonly"), (ValueError, name)
+    yield "zero-stride", np.broadcast_to(np.zeros(shape[-1:], dtype), shape), (ValueError, name)
+    yield "wrong-shape", np.empty(shape[:-1] + (shape[-1] + 2,), dtype), (ValueError, name)
+    yield "wrong-shape-short", np.empty(shape[1:], dtype), (ValueError, name)
+    yield "dtype-int", np.empty(shape, np.int64), (TypeError, name)
+    yield "dtype-bool", np.empty(shape, bool), (TypeError, name)
+    yield "type-list", np.zeros(shape).tolist(), (TypeError, name)
+    yield "type-str", "out", (TypeError, name)
+    yield "overlap-input", "OVERLAP", (ValueError, name)
 
 
 def _out_variants(spec, name, good, opts):
@@ -473,7 +931,8 @@ def _out_variants(spec, name, good, opts):
     yield "reversed", lay(np.zeros(shape), dtype, "reversed"), None
     yield "unaligned", lay(np.zeros(shape), dtype, "unaligned"), None
     yield "swapped", np.empty(shape, dtype.newbyteorder()), None
-    yield "float64", np.empty(shape, np.float64), None
+    yield "float64", np.empty(shape, np.float64), \
+        (TypeError, name) if opts.get("strict_dtype") else None
     yield "alias-input", "ALIAS", None                       # out=x, in place
     yield "overlap-reversed-input", "REVERSED", None         # out=x[::-1] view
     yield "overlap-shifted-input", "SHIFTED", None           # shares all but one element
@@ -492,7 +951,8 @@ def _out_variants(spec, name, good, opts):
 GENERATORS = {F: _float_variants, SIZE: _size_variants, OFFSET: _offset_variants,
               POS: _pos_variants, REAL: _real_variants, DTYPE: _dtype_variants,
               FLAG: _flag_variants, CHOICE: _choice_variants, OTHER: _other_variants,
-              OUT: _out_variants}
+              OUT: _out_variants, OFFSETS: _offsets_variants, CUSEQ: _cu_variants,
+              SCALING: _scaling_variants, SECTIONS: _sections_variants, OUTC: _outc_variants}
 
 
 def _cases():
@@ -517,6 +977,8 @@ def _snapshot(args):
     for k, v in args.items():
         if isinstance(v, np.ndarray):
             snap[k] = (v.copy(), v.dtype, v.strides, v.flags.writeable)
+        elif isinstance(v, (dict, list)):
+            snap[k] = repr(v)
     return snap
 
 
@@ -555,6 +1017,20 @@ def _run(case):
     args = dict(spec.args)
     if case.arg != "-":
         args[case.arg] = case.value
+    if case.arg == "cu_seqlens" and "offset" in args:
+        args["offset"] = 0                       # batch sizes differ between the variants
+    if case.arg == "offset" and spec.kinds["offset"][0] == OFFSETS and "positions" in args:
+        args["positions"] = None                 # offset applies only without positions
+    if case.arg == "out" and isinstance(case.value, str) and case.value == "OVERLAP":
+        src = np.asarray(spec.args[spec.kinds["out"][1]["overlap_with"]])
+        plain = spec.fn(**spec.args)
+        buf = np.zeros(max(src.size, plain.size) + 1, src.dtype)
+        view = buf[:src.size].reshape(src.shape)
+        view[...] = src
+        args[spec.kinds["out"][1]["overlap_with"]] = view
+        case = Case(spec, "out", case.variant, buf[:plain.size].reshape(plain.shape),
+                    case.expect, case.match)
+        args["out"] = case.value
     if case.arg == "positions" and "offset" in args:
         args["offset"] = 0                       # offset applies only without positions
         if "seq_len" in args:
@@ -588,15 +1064,24 @@ def _run(case):
         got = spec.fn(**args)
         if "out" in args and args["out"] is not None:
             assert got is args["out"]
+        if isinstance(args.get("out"), np.ndarray) and args["out"].dtype == np.float16:
+            want = np.asarray(want).astype(np.float16)      # the result rounded to out's dtype
         _compare(got, want, spec.tol)
         if spec.oracle is not None:
+            dts = [np.asarray(g).dtype for g in _flat(got)]
+            rounding = (1e-2 if any(dt == np.float16 for dt in dts) else
+                        2e-6 if any(dt == np.float32 for dt in dts) else 0)
             _compare(got, spec.oracle(**{k: v for k, v in plain_args.items()}),
-                     max(spec.tol, 1e-2 if any(getattr(v, "dtype", None) == np.float16
-                                               for v in args.values()) else 0))
-    for k, (copy, dtype, strides, writeable) in snap.items():
+                     max(spec.tol, rounding, 1e-2 if any(getattr(v, "dtype", None) == np.float16
+                                                         for v in args.values()) else 0))
+    for k, saved in snap.items():
         if k in aliased:
             continue
         v = args[k]
+        if isinstance(saved, str):
+            assert repr(v) == saved, f"{k} was modified"
+            continue
+        copy, dtype, strides, writeable = saved
         assert v.dtype == dtype and v.strides == strides and v.flags.writeable == writeable, k
         np.testing.assert_array_equal(v, copy, err_msg=f"{k} was modified")
 
@@ -706,3 +1191,57 @@ def test_empty_results_with_a_huge_axis_return_at_once(call, shape):
     assert got.shape == shape
     if got.size:
         assert not got.any()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed", "transposed", "swapped",
+                                    "readonly", "unaligned", "zero-stride", "float16", "list"])
+@pytest.mark.parametrize("which", ["q", "k"])
+def test_apply_qk_inplace_rotates_in_place_or_refuses(layout, which):
+    """RoPE.apply_qk(inplace=True) either rotates q and k in their own memory and
+    returns them, or raises an error naming the one it cannot write -- never a
+    silent copy that leaves the caller's array unrotated."""
+    q0, k0 = _x((2, 4, 3, 8)), _x((2, 2, 3, 8), seed=1)
+    arrs = {"q": q0.copy(), "k": k0.copy()}
+    a = arrs[which]
+    if layout == "zero-stride":
+        a = np.broadcast_to(a[:, :, :1], a.shape)
+    elif layout == "float16":
+        a = a.astype(np.float16)
+    elif layout == "list":
+        a = a.tolist()
+    else:
+        a = lay(a, a.dtype, layout)
+    arrs[which] = a
+    off = np.array([1, 4])
+    want = ROPE.apply_qk(np.array(arrs["q"]), np.array(arrs["k"]), offset=off)
+    try:
+        qr, kr = ROPE.apply_qk(arrs["q"], arrs["k"], offset=off, inplace=True)
+    except (TypeError, ValueError) as e:
+        assert which in str(e)
+        return
+    assert qr is arrs["q"] and kr is arrs["k"]
+    np.testing.assert_allclose(np.asarray(qr, np.float64), want[0], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(kr, np.float64), want[1], rtol=1e-3, atol=1e-3)
+
+
+DEGENERATE = [
+    ("yarn-base-1", lambda: posemb.rope_scaling_parameters(
+        8, 1.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}), "base"),
+    ("yarn-RoPE-base-1", lambda: posemb.RoPE(8, 4, base=1.0, scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}), "base"),
+    ("longrope-orig-1", lambda: posemb.rope_cos_sin(np.arange(3), 8, scaling=dict(
+        _LR, factor=2.0), max_position_embeddings=1), "original_max_position_embeddings"),
+    ("varlen-offset-2**63", lambda: posemb.apply_rope_varlen(XV, CU, VC, VS, offset=2**63),
+     "offset"),
+    ("xpos-float16-overflow", lambda: posemb.xpos_cos_sin(np.arange(6000), 8, dtype=np.float16),
+     "center"),
+]
+
+
+@pytest.mark.parametrize("call,match", [(c, m) for _, c, m in DEGENERATE],
+                         ids=[n for n, _, _ in DEGENERATE])
+def test_degenerate_values_are_value_errors(call, match):
+    """Values that pass every type and range check but make a formula divide by
+    zero or overflow are an error naming the argument (not ZeroDivisionError)."""
+    with pytest.raises((ValueError, IndexError), match=match):
+        call()

@@ -9,7 +9,7 @@ rounding (and of float64's at large angles).
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import posemb
 from posemb import _reference as R
@@ -407,3 +407,265 @@ def test_attention(heads, L, S, E, dt, with_mask, with_bias, seed):
     got = posemb.scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
     want = R.attention(f64(q), f64(k), f64(v), mask=mask, bias=bias)
     close(got, want, 8 * max(eps(dt), eps(np.float32)) * 10, exact_dtype=dt)
+
+
+# ------------------------------------------------------------------ RoPE scaling and variants
+
+@st.composite
+def scaling_dicts(draw, h):
+    kind = draw(st.sampled_from(["none", "default", "linear", "dynamic", "yarn", "longrope",
+                                 "llama3", "mrope"]))
+    key = draw(st.sampled_from(["rope_type", "type"]))
+    factor = draw(st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0, 32.0]))
+    orig = draw(st.sampled_from([16, 64, 4096]))
+    if kind == "none":
+        return None
+    if kind in ("default", "mrope"):
+        return {key: kind}
+    if kind in ("linear", "dynamic"):
+        return {key: kind, "factor": factor}
+    if kind == "yarn":
+        d = {key: kind, "factor": factor, "original_max_position_embeddings": orig}
+        for opt, vals in (("beta_fast", [16.0, 64.0]), ("beta_slow", [2.0, 0.5]),
+                          ("mscale", [0.707, 1.0]), ("mscale_all_dim", [0.707, 1.0]),
+                          ("attention_factor", [0.5, 1.3]), ("truncate", [False, True])):
+            if draw(st.booleans()):
+                d[opt] = draw(st.sampled_from(vals))
+        return d
+    if kind == "longrope":
+        fl = st.lists(st.sampled_from([1.0, 1.5, 3.0, 40.0]), min_size=h, max_size=h)
+        d = {key: kind, "short_factor": draw(fl), "long_factor": draw(fl),
+             "original_max_position_embeddings": orig}
+        if draw(st.booleans()):
+            d["factor"] = factor
+        return d
+    low = draw(st.sampled_from([0.5, 1.0, 2.0]))
+    return {key: kind, "factor": factor, "low_freq_factor": low,
+            "high_freq_factor": low * draw(st.sampled_from([2.0, 4.0])),
+            "original_max_position_embeddings": orig}
+
+
+@FAST
+@given(st.integers(2, 40).map(lambda h: 2 * h).flatmap(
+    lambda d: st.tuples(st.just(d), scaling_dicts(d // 2))),
+    st.sampled_from([10000.0, 500000.0, 2.0]), st.sampled_from([None, 16, 64, 8192]),
+    st.one_of(st.none(), st.integers(0, 20000)))
+def test_rope_scaling_parameters(case, base, max_pos, seq_len):
+    dim, scaling = case
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
+    if kind == "dynamic" and max_pos is None:
+        max_pos = 16
+    inv, attn = posemb.rope_scaling_parameters(dim, base, scaling, max_position_embeddings=max_pos,
+                                               seq_len=seq_len)
+    winv, wattn = R.rope_scaling(dim, base, scaling, max_position_embeddings=max_pos,
+                                 seq_len=seq_len)
+    assert inv.dtype == np.float64 and inv.shape == (dim // 2,)
+    np.testing.assert_allclose(inv, winv, rtol=1e-13, atol=0)
+    assert attn == pytest.approx(wattn, rel=1e-14)
+    np.testing.assert_array_equal(
+        posemb.rope_inv_freq(dim, base, scaling=scaling, max_position_embeddings=max_pos,
+                             seq_len=seq_len), inv)
+
+
+@FAST
+@given(st.integers(2, 6).map(lambda h: 2 * h).flatmap(
+    lambda d: st.tuples(st.just(d), scaling_dicts(d // 2))),
+    st.lists(st.integers(0, 300), max_size=8), st.booleans(), floats)
+def test_scaled_tables_and_module(case, positions, interleaved, dt):
+    """rope_cos_sin(scaling=) and RoPE(scaling=) use the frequencies and attention
+    factor of the largest position + 1 (HF's dynamic_rope_update)."""
+    dim, scaling = case
+    kw = dict(max_position_embeddings=64)
+    pos = np.array(positions, dtype=np.int64)
+    seq = int(pos.max()) + 1 if pos.size else None
+    inv, attn = R.rope_scaling(dim, 10000.0, scaling, seq_len=seq, **kw)
+    cos, sin = posemb.rope_cos_sin(pos, dim, scaling=scaling, interleaved=interleaved,
+                                   dtype=dt, **kw)
+    wc, ws = R._band_tables([pos], [inv], interleaved)
+    tol = table_tol(dt, 300) * max(1.0, attn)
+    close(cos, wc * attn, tol, exact_dtype=dt)
+    close(sin, ws * attn, tol, exact_dtype=dt)
+    rope = posemb.RoPE(dim, 4, scaling=scaling, interleaved=interleaved, dtype=dt, **kw)
+    c2, s2 = rope.cos_sin(pos)
+    close(c2, wc * attn, tol, exact_dtype=dt)
+    close(s2, ws * attn, tol, exact_dtype=dt)
+
+
+@st.composite
+def varlen_case(draw):
+    lengths = draw(st.lists(st.integers(0, 5), min_size=0, max_size=4))
+    heads = draw(st.integers(0, 3))
+    r = 2 * draw(st.integers(0, 4))
+    d = r + draw(st.integers(0, 3))
+    per_seq = draw(st.booleans())
+    offsets = [draw(st.integers(0, 6)) for _ in lengths] if per_seq else draw(st.integers(0, 6))
+    return lengths, heads, d, r, offsets
+
+
+@FAST
+@given(varlen_case(), floats, floats, layouts, layouts, st.booleans(), st.booleans(),
+       st.sampled_from(["none", "fresh", "inplace"]), seeds)
+def test_apply_rope_varlen(case, dt, tdt, xl, tl, interleaved, backward_via_module, out_mode,
+                           seed):
+    lengths, heads, d, r, offsets = case
+    cu = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+    total = int(cu[-1])
+    rows = int(np.max(np.asarray(offsets) + (max(lengths) if lengths else 0), initial=0)) + 1
+    rng = np.random.default_rng(seed)
+    x = lay(rng.standard_normal((total, heads, d)), dt, xl)
+    cos = lay(rng.uniform(-1, 1, (rows, r)), tdt, tl)
+    sin = lay(rng.uniform(-1, 1, (rows, r)), tdt, tl)
+    off = np.array(offsets, np.int64) if isinstance(offsets, list) else offsets
+    x0 = x.copy()
+    want = R.apply_rope_varlen(f64(x), cu, f64(cos), f64(sin), interleaved=interleaved,
+                               offset=off)
+    work = np.result_type(x.dtype, cos.dtype, sin.dtype).newbyteorder("=")
+    if out_mode == "fresh":
+        out = np.full(x.shape, np.nan, work)
+        got = posemb.apply_rope_varlen(x, cu, cos, sin, interleaved=interleaved, offset=off,
+                                       out=out)
+        assert got is out
+    elif out_mode == "inplace" and x.flags.writeable and x.dtype == work:
+        got = posemb.apply_rope_varlen(x, cu, cos, sin, interleaved=interleaved, offset=off,
+                                       out=x)
+        assert got is x
+    else:
+        got = posemb.apply_rope_varlen(x, cu, cos, sin, interleaved=interleaved, offset=off)
+        np.testing.assert_array_equal(x, x0)
+    assert got.dtype == work
+    close(got, want, rot_tol(work, want, f64(cos), f64(sin)))
+    # the gathered-table apply_rope it documents, bit for bit
+    if total:
+        seq_of = np.repeat(np.arange(len(lengths)), lengths)
+        pos = np.broadcast_to(off, (len(lengths),))[seq_of] + np.arange(total) - cu[seq_of]
+        same = posemb.apply_rope(x0, cos[pos][:, None], sin[pos][:, None],
+                                 interleaved=interleaved)
+        np.testing.assert_array_equal(got, same)
+
+
+@FAST
+@given(varlen_case(), floats, st.booleans(), st.sampled_from([0, 1, 2**20, 2**40]),
+       st.sampled_from(["default", "dynamic", "longrope"]), seeds)
+@example(([3, 0, 2], 1, 6, 4, [0, 5, 1]), np.float32, False, 2**40, "default", 0)
+@example(([3, 0, 2], 2, 8, 8, 3), np.float64, True, 2**40, "dynamic", 1)
+def test_rope_apply_varlen_and_offset_arrays(case, dt, interleaved, big, kind, seed):
+    """RoPE.apply_varlen, RoPE(x, offset=array) and apply_qk equal the oracle at
+    each sequence's own positions (including offsets far beyond the cache)."""
+    lengths, heads, d, r, offsets = case
+    r = max(r, 4)
+    d = max(d, r)
+    scaling = {"default": None, "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+               "longrope": {"rope_type": "longrope", "short_factor": [1.0] * (r // 2),
+                            "long_factor": [2.0] * (r // 2)}}[kind]
+    rope = posemb.RoPE(d, 8, rotary_dim=r, interleaved=interleaved, dtype=dt, scaling=scaling,
+                       max_position_embeddings=16)
+    rng = np.random.default_rng(seed)
+    off = (np.array(offsets, np.int64) if isinstance(offsets, list)
+           else np.full(len(lengths), offsets, np.int64))
+    off = off + big
+    cu = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+    x = rng.standard_normal((int(cu[-1]), heads, d)).astype(dt)
+    got = rope.apply_varlen(x, cu, offset=off)
+    seq_of = np.repeat(np.arange(len(lengths)), lengths)
+    pos = off[seq_of] + np.arange(int(cu[-1])) - cu[seq_of]
+    top = int(pos.max()) + 1 if pos.size else 0
+    inv, attn = R.rope_scaling(r, 10000.0, scaling, max_position_embeddings=16, seq_len=top)
+    wc, ws = R._band_tables([pos], [inv], interleaved)
+    want = R.apply_rope(f64(x), (wc * attn)[:, None], (ws * attn)[:, None],
+                        interleaved=interleaved)
+    tol = (rot_tol(dt, want, 1.5, 1.5) + 8 * table_tol(dt, top)) * max(1.0, float(
+        np.abs(f64(x)).max(initial=0)))
+    close(got, want, tol, exact_dtype=dt)
+    # batched decoding: x (batch, heads, seq, d) with one offset per sequence
+    b, s = len(lengths), max(lengths, default=0)
+    xb = rng.standard_normal((b, heads, s, d)).astype(dt)
+    pb = off[:, None] + np.arange(s)
+    topb = int(pb.max()) + 1 if pb.size else 0
+    inv, attn = R.rope_scaling(r, 10000.0, scaling, max_position_embeddings=16, seq_len=topb)
+    wc, ws = R._band_tables([pb], [inv], interleaved)
+    wantb = R.apply_rope(f64(xb), (wc * attn)[:, None], (ws * attn)[:, None],
+                         interleaved=interleaved)
+    tolb = (rot_tol(dt, wantb, 1.5, 1.5) + 8 * table_tol(dt, topb)) * max(1.0, float(
+        np.abs(f64(xb)).max(initial=0)))
+    close(rope(xb, offset=off), wantb, tolb, exact_dtype=dt)
+    qr, kr = rope.apply_qk(xb, xb[:, :1], offset=off)
+    close(qr, wantb, tolb, exact_dtype=dt)
+    close(kr, wantb[:, :1], tolb, exact_dtype=dt)
+    back = R.apply_rope_backward(f64(xb), (wc * attn)[:, None], (ws * attn)[:, None],
+                                 interleaved=interleaved)
+    close(rope.backward(xb, offset=off), back, tolb, exact_dtype=dt)
+
+
+@FAST
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 3), st.booleans(),
+       st.sampled_from(["half", "interleaved"]), st.sampled_from(["f8", "i4", "f2"]), layouts,
+       seeds)
+def test_convert_rope_layout(heads, h, extra, partial, to, wdt, wl, seed):
+    head_dim = 2 * h + (extra if partial else 0)
+    rotary = 2 * h if partial else None
+    rng = np.random.default_rng(seed)
+    w = lay(rng.integers(-100, 100, (heads * head_dim, 3)), wdt, wl)
+    w0 = w.copy()
+    got = posemb.convert_rope_layout(w, heads, to=to, rotary_dim=rotary)
+    np.testing.assert_array_equal(got, R.convert_rope_layout(np.array(w), heads, to=to,
+                                                             rotary_dim=rotary))
+    np.testing.assert_array_equal(w, w0)
+    back = posemb.convert_rope_layout(got, heads, rotary_dim=rotary,
+                                      to="interleaved" if to == "half" else "half")
+    np.testing.assert_array_equal(back, w0)
+
+
+@FAST
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=4), st.lists(st.integers(0, 3),
+       max_size=2).map(tuple), st.sampled_from([10000.0, 1e6, 7.0]), st.booleans(), floats,
+       st.integers(0, 2**40), seeds)
+def test_mrope_tables_and_hf_selection(sections, lead, base, interleaved, dt, top, seed):
+    dim = 2 * sum(sections)
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, max(1, top % 5000), size=(len(sections),) + lead)
+    if pos.size and top > 2**39:
+        pos.flat[0] = top
+    cos, sin = posemb.mrope_cos_sin(pos, dim, sections, base, interleaved=interleaved, dtype=dt)
+    wc, ws = R.mrope_cos_sin(pos, dim, sections, base, interleaved=interleaved)
+    tol = table_tol(dt, int(pos.max(initial=0)))
+    close(cos, wc, tol, exact_dtype=dt)
+    close(sin, ws, tol, exact_dtype=dt)
+    if interleaved or not lead or dim == 0:
+        return
+    # Qwen2-VL: per-axis full tables (3, batch, seq, dim), sections selected by the drop-in
+    full_c, full_s = R.rope_cos_sin(pos, dim, base)
+    q = rng.standard_normal((lead[0], 2) + lead[1:] + (dim,)) if len(lead) == 2 else \
+        rng.standard_normal((2,) + lead + (dim,))
+    ud = 1 if len(lead) == 2 else 0
+    qe, ke = posemb.apply_multimodal_rotary_pos_emb(q, q[:1] if ud == 0 else q[:, :1],
+                                                    full_c, full_s, sections, unsqueeze_dim=ud)
+    wc64, ws64 = np.expand_dims(wc, ud), np.expand_dims(ws, ud)
+    want = R.apply_rope(q, wc64, ws64)
+    close(qe, want, rot_tol(np.float64, want, 1.0, 1.0) + 1e-9)
+    close(ke, want[:1] if ud == 0 else want[:, :1], rot_tol(np.float64, want, 1.0, 1.0) + 1e-9)
+
+
+@FAST
+@given(st.lists(st.integers(0, 4), max_size=2).map(tuple), st.integers(1, 3),
+       st.integers(0, 3), st.sampled_from([10000.0, 100.0]), st.booleans(), floats, seeds)
+def test_axial_tables(lead, axes, per_axis, base, interleaved, dt, seed):
+    dim = 2 * axes * per_axis
+    pos = np.random.default_rng(seed).integers(0, 64, size=lead + (axes,))
+    cos, sin = posemb.axial_rope_cos_sin(pos, dim, base, interleaved=interleaved, dtype=dt)
+    wc, ws = R.axial_rope_cos_sin(pos, dim, base, interleaved=interleaved)
+    close(cos, wc, table_tol(dt, 64), exact_dtype=dt)
+    close(sin, ws, table_tol(dt, 64), exact_dtype=dt)
+
+
+@FAST
+@given(st.lists(st.integers(0, 40), max_size=8), st.integers(1, 6),
+       st.sampled_from([512.0, 64.0, 8.0]), st.sampled_from([0.0, 20.0, -7.5]), st.booleans(),
+       floats)
+def test_xpos_tables(positions, h, scale_base, center, interleaved, dt):
+    pos = np.array(positions, dtype=np.int64)
+    got = posemb.xpos_cos_sin(pos, 2 * h, scale_base=scale_base, center=center,
+                              interleaved=interleaved, dtype=dt)
+    want = R.xpos_cos_sin(pos, 2 * h, scale_base=scale_base, center=center,
+                          interleaved=interleaved)
+    for g, w in zip(got, want):
+        close(g, w, 0, 4 * eps(dt), exact_dtype=dt)

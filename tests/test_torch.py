@@ -385,6 +385,87 @@ def test_device_and_type_errors():
         pt.RotaryEmbedding()
 
 
+_META = torch.empty(2, 4, 8, device="meta")
+_C = torch.ones(4, 8)
+_Q = torch.ones(1, 2, 4, 8)
+_CPU_ONLY = "posemb is a CPU library"
+TORCH_BAD = [
+    # (label, call, exception, message pattern)
+    ("apply_rope-meta-cos", lambda: pt.apply_rope(_C, torch.empty(4, 8, device="meta"), _C),
+     TypeError, _CPU_ONLY + ": cos"),
+    ("apply_rope-meta-sin", lambda: pt.apply_rope(_C, _C, torch.empty(4, 8, device="meta")),
+     TypeError, _CPU_ONLY + ": sin"),
+    ("apply_rope-int-cos", lambda: pt.apply_rope(_C, _C.int(), _C), TypeError, "cos"),
+    ("apply_rope-complex-x", lambda: pt.apply_rope(_C.to(torch.complex64), _C, _C), TypeError,
+     "x"),
+    ("apply_rope-sparse-x", lambda: pt.apply_rope(_C.to_sparse(), _C, _C), TypeError, "x"),
+    ("apply_rope-wide-tables", lambda: pt.apply_rope(_C, torch.ones(4, 10), torch.ones(4, 10)),
+     ValueError, "cos"),
+    ("apply_rope-shape", lambda: pt.apply_rope(_C, torch.ones(3, 8), torch.ones(3, 8)),
+     ValueError, "broadcast"),
+    ("hf-meta-q", lambda: pt.apply_rotary_pos_emb(_META[None], _Q, _C[None], _C[None]),
+     TypeError, _CPU_ONLY + ": q"),
+    ("hf-meta-k", lambda: pt.apply_rotary_pos_emb(_Q, _META[None], _C[None], _C[None]),
+     TypeError, _CPU_ONLY + ": k"),
+    ("hf-meta-cos", lambda: pt.apply_rotary_pos_emb(
+        _Q, _Q, torch.empty(1, 4, 8, device="meta"), _C[None]), TypeError, _CPU_ONLY + ": cos"),
+    ("hf-int-q", lambda: pt.apply_rotary_pos_emb(_Q.int(), _Q, _C[None], _C[None]), TypeError,
+     "q"),
+    ("hf-unsqueeze_dim", lambda: pt.apply_rotary_pos_emb(_Q, _Q, _C[None], _C[None],
+                                                         unsqueeze_dim=9),
+     (ValueError, IndexError), "unsqueeze_dim"),
+    ("RotaryEmbedding-cuda", lambda: pt.RotaryEmbedding(dim=8, device="cuda"), TypeError,
+     _CPU_ONLY),
+    ("RotaryEmbedding-meta-device", lambda: pt.RotaryEmbedding(dim=8, device="meta"),
+     TypeError, _CPU_ONLY),
+    ("RotaryEmbedding-odd", lambda: pt.RotaryEmbedding(dim=7), ValueError, "even"),
+    ("RotaryEmbedding-bad-scaling", lambda: pt.RotaryEmbedding(dim=8, scaling={"rope_type": "x"}),
+     ValueError, "rope_type"),
+    ("RotaryEmbedding-meta-positions", lambda: pt.RotaryEmbedding(dim=8)(
+        _C, torch.arange(4, device="meta")[None]), TypeError, _CPU_ONLY + ": position_ids"),
+    ("RotaryEmbedding-float-positions", lambda: pt.RotaryEmbedding(dim=8)(_C, torch.ones(1, 4)),
+     TypeError, "position_ids"),
+    ("RotaryEmbedding-negative-positions", lambda: pt.RotaryEmbedding(dim=8)(
+        _C, -torch.ones(1, 4, dtype=torch.long)), ValueError, "positions"),
+    ("RotaryEmbedding-int-x", lambda: pt.RotaryEmbedding(dim=8)(_C.int(), torch.arange(4)[None]),
+     TypeError, "x"),
+    ("sinusoidal-int-dtype", lambda: pt.sinusoidal(4, 8, dtype=torch.int32), TypeError, "dtype"),
+    ("sinusoidal-str-dtype", lambda: pt.sinusoidal(4, 8, dtype="float32"), TypeError, "dtype"),
+    ("alibi-meta-slopes", lambda: pt.alibi_bias(torch.ones(2, device="meta"), 3, 3), TypeError,
+     _CPU_ONLY + ": slopes"),
+    ("alibi-2d-slopes", lambda: pt.alibi_bias(torch.ones(2, 2), 3, 3), ValueError, "slopes"),
+    ("alibi-int-slopes", lambda: pt.alibi_bias(torch.ones(2, dtype=torch.int32), 3, 3),
+     TypeError, "slopes"),
+    ("alibi-int-dtype", lambda: pt.alibi_bias(2, 3, 3, dtype=torch.int32), TypeError, "dtype"),
+    ("t5-meta", lambda: pt.t5_relative_bias(torch.empty(32, 2, device="meta"), 2, 2), TypeError,
+     _CPU_ONLY + ": table"),
+    ("t5-1d", lambda: pt.t5_relative_bias(torch.ones(32), 3, 3), ValueError, "table"),
+    ("t5-int", lambda: pt.t5_relative_bias(torch.ones(32, 2, dtype=torch.int64), 3, 3),
+     TypeError, "table"),
+    ("learned-cuda", lambda: pt.LearnedPositionalEmbedding(4, 8, device="cuda:0"), TypeError,
+     _CPU_ONLY),
+    ("learned-int-dtype", lambda: pt.LearnedPositionalEmbedding(4, 8, dtype=torch.int32),
+     TypeError, "dtype"),
+    ("learned-meta-x", lambda: pt.LearnedPositionalEmbedding(4, 8)(_META), TypeError,
+     _CPU_ONLY + ": x"),
+    ("learned-int-x", lambda: pt.LearnedPositionalEmbedding(4, 8)(_C.int()), TypeError, "x"),
+    ("learned-width", lambda: pt.LearnedPositionalEmbedding(4, 8)(torch.ones(2, 7)), ValueError,
+     "width"),
+    ("learned-float-positions", lambda: pt.LearnedPositionalEmbedding(4, 8)(
+        torch.ones(2, 8), torch.ones(2)), TypeError, "positions"),
+    ("learned-meta-positions", lambda: pt.LearnedPositionalEmbedding(4, 8)(
+        torch.ones(2, 8), torch.arange(2, device="meta")), TypeError, _CPU_ONLY + ": positions"),
+]
+
+
+@pytest.mark.parametrize("call,exc,match", [(c, e, m) for _, c, e, m in TORCH_BAD],
+                         ids=[n for n, *_ in TORCH_BAD])
+def test_bad_inputs_name_the_argument(call, exc, match):
+    """CUDA/meta tensors are a TypeError saying posemb is a CPU library; wrong
+    dtypes, shapes and devices of every posemb.torch function name the argument."""
+    with pytest.raises(exc, match=match):
+        call()
+
 # ---------------------------------------------------------------- a training step
 
 
