@@ -167,6 +167,7 @@ def _sinusoidal_cases(quick: bool) -> list[Case]:
     x = np.random.default_rng(2).standard_normal((8, 512, 1024), dtype=np.float32)
     y = np.empty_like(x)
     pe512 = posemb.sinusoidal(512, 1024)
+    absolute = posemb.AbsolutePE(1024, 512)
     t_add = None
     if torch is not None:
         xt, pet = torch.from_numpy(x), torch.from_numpy(pe512)
@@ -181,6 +182,11 @@ def _sinusoidal_cases(quick: bool) -> list[Case]:
              note="torch/numpy: the seed's formula in float32/float64"),
         Case("sinusoidal", "add_sinusoidal out=", "8x512x1024",
              lambda: posemb.add_sinusoidal(x, out=y),
+             limit=lambda: _core._stream("copy", x, y), limit_kind="copy",
+             torch=t_add, numpy=lambda: x + pe512,
+             note="makes the table each call; torch/numpy: x + a precomputed table"),
+        Case("sinusoidal", "AbsolutePE(x, out=) (cached)", "8x512x1024",
+             lambda: absolute(x, out=y),
              limit=lambda: _core._stream("copy", x, y), limit_kind="copy",
              torch=t_add, numpy=lambda: x + pe512,
              note="torch/numpy: x + a precomputed table"),

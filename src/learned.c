@@ -236,3 +236,33 @@ DEFINE_LEARNED_BACK(float, float, f32, CVT_SAME)
 DEFINE_LEARNED_BACK(double, double, f64, CVT_SAME)
 /* float16 rows accumulate into a float32 table (round once afterwards). */
 DEFINE_LEARNED_BACK(uint16_t, float, f16, CVT_HALF)
+
+/* ------------------------------------------------------------------ */
+/* The forward gufunc loop on the pool (NumPy copies any overlapping    */
+/* operand of a gufunc but out=x itself, so vectors split freely)       */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    void (*fn)(const pe_learned_loop *);
+    const pe_learned_loop *L;
+} learned_fwd_job;
+
+static void learned_fwd_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const learned_fwd_job *j = (const learned_fwd_job *)ctx;
+    pe_learned_loop sub = *j->L;
+    sub.n = end - begin;
+    sub.x += begin * sub.x_step;
+    sub.pos += begin * sub.pos_step;
+    sub.w += begin * sub.w_step;
+    sub.y += begin * sub.y_step;
+    j->fn(&sub);
+}
+
+void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
+                             const pe_learned_loop *L, ptrdiff_t itemsize)
+{
+    learned_fwd_job j = {fn, L};
+    const ptrdiff_t vec = 3 * (L->d > 0 ? L->d : 1) * itemsize;
+    pe_parallel_for(L->n, PE_PARALLEL_MIN_BYTES / vec + 1, learned_fwd_task, &j);
+}

@@ -799,6 +799,7 @@ register_rope_variants(PyObject *m)
 
 typedef struct {
     void (*fn)(const pe_sinusoidal_add_loop *);
+    npy_intp itemsize;      /* of x and y */
 } sinusoidal_add_kernel;
 
 /* elementwise (x, t) -> y; dims = {n}; 3 steps */
@@ -814,11 +815,13 @@ sinusoidal_add_loop(char **args, npy_intp const *dims, npy_intp const *steps,
     L.x_step = steps[0];
     L.t_step = steps[1];
     L.y_step = steps[2];
-    ((const sinusoidal_add_kernel *)data)->fn(&L);
+    pe_sinusoidal_add_parallel(((const sinusoidal_add_kernel *)data)->fn, &L,
+                               ((const sinusoidal_add_kernel *)data)->itemsize);
 }
 
 static const sinusoidal_add_kernel sinusoidal_add_k[3] = {
-    {pe_sinusoidal_add_f16}, {pe_sinusoidal_add_f32}, {pe_sinusoidal_add_f64}};
+    {pe_sinusoidal_add_f16, 2}, {pe_sinusoidal_add_f32, 4},
+    {pe_sinusoidal_add_f64, 8}};
 static PyUFuncGenericFunction sinusoidal_add_funcs[3] = {
     sinusoidal_add_loop, sinusoidal_add_loop, sinusoidal_add_loop};
 /* float16 x takes a float64 table, so the sum is rounded once */
@@ -928,7 +931,10 @@ register_sinusoidal(PyObject *m)
 /* Learned encodings, forward and backward                              */
 /* ------------------------------------------------------------------ */
 
-typedef struct { void (*fn)(const pe_learned_loop *); } learned_kernel;
+typedef struct {
+    void (*fn)(const pe_learned_loop *);
+    npy_intp itemsize;
+} learned_kernel;
 
 /* signature (d),(),(m,d)->(d); dims = {n, d, m}; 4 outer + 4 core steps */
 static void
@@ -951,11 +957,12 @@ learned_fwd_loop(char **args, npy_intp const *dims, npy_intp const *steps,
     L.w_row = steps[5];
     L.w_inner = steps[6];
     L.y_inner = steps[7];
-    ((const learned_kernel *)data)->fn(&L);
+    pe_learned_fwd_parallel(((const learned_kernel *)data)->fn, &L,
+                            ((const learned_kernel *)data)->itemsize);
 }
 
 static const learned_kernel learned_fwd_k[3] = {
-    {pe_learned_fwd_f16}, {pe_learned_fwd_f32}, {pe_learned_fwd_f64}};
+    {pe_learned_fwd_f16, 2}, {pe_learned_fwd_f32, 4}, {pe_learned_fwd_f64, 8}};
 static PyUFuncGenericFunction learned_fwd_funcs[3] = {
     learned_fwd_loop, learned_fwd_loop, learned_fwd_loop};
 static const char learned_fwd_types[12] = {

@@ -291,6 +291,9 @@ typedef struct pe_sinusoidal_add_loop {
 void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *a);
 void pe_sinusoidal_add_f32(const pe_sinusoidal_add_loop *a);
 void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
+/* run an add kernel over the pool (serially if y partly overlaps x) */
+void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
+                                const pe_sinusoidal_add_loop *L, ptrdiff_t itemsize);
 
 /* ------------------------------------------------------------------ */
 /* Learned encodings (learned.c)                                       */
@@ -317,6 +320,9 @@ typedef struct pe_learned_loop {
 void pe_learned_fwd_f16(const pe_learned_loop *a);
 void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
+/* run a forward kernel over the pool, vectors split across threads */
+void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
+                             const pe_learned_loop *L, ptrdiff_t itemsize);
 
 /*
  * Learned backward, the scatter-add of n gradient rows g[t] (d features,
