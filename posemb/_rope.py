@@ -342,13 +342,20 @@ def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any =
     ((1, 4, 6, 8), (1, 2, 6, 8))
     """
     del position_ids  # unused, as in transformers
-    unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
-    if unsqueeze_dim >= 2**31:
-        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
     q = _checks.float_operand(q, "q")
     k = _checks.float_operand(k, "k")
     cos = _checks.float_operand(cos, "cos")
     sin = _checks.float_operand(sin, "sin")
+    return _rotate_qk_unsqueezed(q, k, cos, sin, unsqueeze_dim)
+
+
+def _rotate_qk_unsqueezed(q: Any, k: Any, cos: Any, sin: Any,
+                          unsqueeze_dim: Any) -> tuple[Any, Any]:
+    """HF's convention: a new axis at ``unsqueeze_dim`` of cos/sin, then the
+    half-split rotation of q and k (shared by the multimodal drop-in)."""
+    unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
+    if unsqueeze_dim >= 2**31:    # np.expand_dims: OverflowError (C int), naming nothing
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
     try:
         cos = np.expand_dims(cos, unsqueeze_dim)
         sin = np.expand_dims(sin, unsqueeze_dim)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
-from ._rope import _rope_operands, _run, _tables, rope_inv_freq
+from ._rope import _rotate_qk_unsqueezed, _tables, rope_inv_freq
 from ._rope_scaling import rope_scaling_parameters
 
 __all__ = [
@@ -352,9 +352,6 @@ def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_se
         raise ValueError(
             f"cos must have at least len(mrope_section) = {len(sections)} tables on axis 0, "
             f"got {cos.shape[0]}")
-    unsqueeze_dim = _checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**31))
-    if unsqueeze_dim >= 2**31:    # np.expand_dims: OverflowError (C int), naming nothing
-        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin")
     h = dim // 2
     cs = np.empty(cos.shape[1:], dtype=cos.dtype)
     sn = np.empty(sin.shape[1:], dtype=sin.dtype)
@@ -364,14 +361,7 @@ def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_se
             cs[..., lo:lo + w] = cos[j, ..., lo:lo + w]
             sn[..., lo:lo + w] = sin[j, ..., lo:lo + w]
         a += w
-    try:
-        cs = np.expand_dims(cs, unsqueeze_dim)
-        sn = np.expand_dims(sn, unsqueeze_dim)
-    except np.exceptions.AxisError as e:
-        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin: {e}") from None
-    q, qc, qs = _rope_operands(q, cs, sn, "q")
-    k, kc, ks = _rope_operands(k, cs, sn, "k")
-    return _run(0, q, qc, qs, None, "q"), _run(0, k, kc, ks, None, "k")
+    return _rotate_qk_unsqueezed(q, k, cs, sn, unsqueeze_dim)
 
 # ---------------------------------------------------------------- axial
 
