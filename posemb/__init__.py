@@ -1,13 +1,17 @@
 """posemb: fast, exact positional-embedding kernels over NumPy arrays.
 
-C kernels registered as NumPy generalized ufuncs for rotary embeddings
-(RoPE), with PyTorch/Hugging Face-familiar names.
+C kernels, registered as NumPy (generalized) ufuncs where they are vector
+ops, for rotary embeddings (RoPE, with HF scaling and model variants),
+sinusoidal and learned encodings (with backward), T5 and Shaw relative
+position bias, ALiBi and attention masks, under PyTorch/Hugging Face-familiar
+names.  ``posemb.torch`` adapts them to autograd; ``posemb.plot`` draws them.
 
 >>> import numpy as np, posemb
->>> rope = posemb.RoPE(64, 1024)
 >>> q = np.random.default_rng(0).standard_normal((8, 100, 64), dtype=np.float32)
 >>> posemb.RoPE(64, 1024)(q).shape
 (8, 100, 64)
+>>> posemb.alibi_bias(8, 100, 100).shape
+(8, 100, 100)
 """
 from ._rope import (
     RoPE,
