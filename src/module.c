@@ -347,11 +347,12 @@ py_rope_table(PyObject *Py_UNUSED(self), PyObject *args)
             return NULL;
         }
     }
-    if (PyArray_DATA((PyArrayObject *)cos_o) ==
-        PyArray_DATA((PyArrayObject *)sin_o) && n * h > 0) {
-        PyErr_SetString(PyExc_ValueError, "cos and sin must not share memory");
+    if (check_disjoint(cos_o, "cos", sin_o, "sin") < 0 ||
+        check_disjoint(cos_o, "cos", pos_o, "positions") < 0 ||
+        check_disjoint(cos_o, "cos", inv_o, "inv_freq") < 0 ||
+        check_disjoint(sin_o, "sin", pos_o, "positions") < 0 ||
+        check_disjoint(sin_o, "sin", inv_o, "inv_freq") < 0)
         return NULL;
-    }
     pos = (const npy_int64 *)PyArray_DATA((PyArrayObject *)pos_o);
     for (i = 0; i < n; i++) {
         /* positions must be exact as float64 */

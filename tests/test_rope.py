@@ -613,6 +613,9 @@ def test_private_table_function_checks_arguments():
         posemb._core._rope_table(pos, inv, 1.0, False, c, ro)
     with pytest.raises(ValueError, match="share memory"):
         posemb._core._rope_table(pos, inv, 1.0, False, c, c)
+    buf = np.empty((4, 4), np.float32)               # sin starts one row into cos
+    with pytest.raises(ValueError, match="share memory"):
+        posemb._core._rope_table(pos, inv, 1.0, False, buf[:3], buf[1:])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
