@@ -172,3 +172,16 @@ def out_array(out: Any, shape: tuple[int, ...], name: str = "out") -> np.ndarray
     if not (out.flags.c_contiguous and out.flags.aligned):
         raise ValueError(f"{name} must be C-contiguous and aligned")
     return out
+
+
+def int_vector(value: Any, name: str) -> np.ndarray:
+    """A 1-D integer array as a private C-contiguous int64 copy (C loops read
+    it without the GIL, so the caller's array may change meanwhile)."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has values beyond int64")
+    return np.array(a, dtype=np.int64)

@@ -81,16 +81,12 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
 
 
 def _lengths(lengths: Any, max_length: int) -> np.ndarray:
-    n = np.asarray(lengths)
-    if n.dtype.kind not in "iu":
-        raise TypeError(f"lengths must be an integer array, got dtype {n.dtype}")
-    if n.ndim != 1:
-        raise ValueError(f"lengths must be 1-D (one length per sequence), got shape {n.shape}")
+    n = _checks.int_vector(lengths, "lengths")      # one length per sequence
     if n.size and (int(n.min()) < 0 or int(n.max()) > max_length):
         raise ValueError(
             f"lengths must be in [0, max_length={max_length}], got "
             f"[{int(n.min())}, {int(n.max())}]")
-    return _checks.c_array(n, np.int64)
+    return n
 
 
 def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.ndarray:

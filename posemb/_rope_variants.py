@@ -29,17 +29,6 @@ __all__ = [
 # ---------------------------------------------------------------- varlen
 
 
-def _int64_vector(value: Any, name: str) -> np.ndarray:
-    a = np.asarray(value)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} has values beyond int64")
-    return np.array(a, dtype=np.int64)  # a private copy: the C loop reads it without the GIL
-
-
 def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
                       interleaved: bool = False, offset: Any = 0,
                       out: np.ndarray | None = None) -> np.ndarray:
@@ -99,7 +88,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
         raise ValueError(f"cos/sin width must be even (pairs rotate together), got {r}")
     if r > d:
         raise ValueError(f"cos/sin width ({r}) must not exceed x's last axis ({d})")
-    cu = _int64_vector(cu_seqlens, "cu_seqlens")
+    cu = _checks.int_vector(cu_seqlens, "cu_seqlens")
     if cu.size == 0:
         raise ValueError("cu_seqlens must have batch + 1 entries, got none")
     nseq = cu.size - 1
@@ -109,7 +98,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
             raise IndexError(f"offset={start} is past the {cos.shape[0]} rows of cos/sin")
         offsets = None if start == 0 else np.full(nseq, start, dtype=np.int64)
     else:
-        offsets = _int64_vector(offset, "offset")
+        offsets = _checks.int_vector(offset, "offset")
         if offsets.shape != (nseq,):
             raise ValueError(
                 f"offset must be an integer or have shape (batch,) = ({nseq},), got {offsets.shape}")
