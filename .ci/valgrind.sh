@@ -5,16 +5,9 @@
 # tree.  PYTHONMALLOC=malloc lets memcheck see every Python allocation.  Any
 # memcheck error fails the run (suppressions: .ci/valgrind.supp, CPython only).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-git ls-files -z | xargs -0 -I{} cp --parents {} "$tmp/"
-cd "$tmp"
-CFLAGS="-g" python setup.py -q build_ext --inplace > build.log 2>&1 || { cat build.log; exit 1; }
-export PYTHONPATH="$tmp" PYTHONMALLOC=malloc POSEMB_NUM_THREADS=2
-python -c "import posemb, os; f = posemb._core.__file__; \
-assert f.startswith(os.environ['PYTHONPATH']), f; print('valgrind: posemb from', f)"
+export CFLAGS="-g"
+source "$(dirname "$0")/scratch_build.sh"
+export PYTHONMALLOC=malloc POSEMB_NUM_THREADS=2
 py=$(python -c "import sys; print(sys.executable)")   # the binary, not a pyenv shim
 valgrind --tool=memcheck --error-exitcode=1 --errors-for-leak-kinds=definite \
   --leak-check=full --show-leak-kinds=definite --num-callers=30 ${VALGRIND_EXTRA:-} \

@@ -93,6 +93,19 @@ def test_concurrent_callers_and_set_num_threads(restore_threads):
     assert not errors
 
 
+def _in_forked_child(target):
+    """Run target(queue) in a fork()ed child; return what it put, after
+    checking the child exited cleanly."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(q,))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    return got
+
+
 def _child(q):
     x, cos, sin = _big_case()
     q.put(posemb.apply_rope(x, cos, sin).sum(dtype=np.float64))
@@ -102,14 +115,7 @@ def test_fork_after_pool_used(restore_threads):
     posemb.set_num_threads(2)
     x, cos, sin = _big_case()
     want = posemb.apply_rope(x, cos, sin).sum(dtype=np.float64)   # pool has run
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(q,))
-    p.start()
-    got = q.get(timeout=60)
-    p.join(timeout=60)
-    assert p.exitcode == 0
-    assert got == want
+    assert _in_forked_child(_child) == want
 
 
 # ---------------------------------------------------------------- every family
@@ -195,11 +201,4 @@ def test_fork_child_every_family(restore_threads):
     the pool with several threads."""
     posemb.set_num_threads(3)
     want = {name: fn().sum(dtype=np.float64) for name, fn in _family_calls()}
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child_families, args=(q,))
-    p.start()
-    got = q.get(timeout=120)
-    p.join(timeout=60)
-    assert p.exitcode == 0
-    assert got == want
+    assert _in_forked_child(_child_families) == want
