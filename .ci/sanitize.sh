@@ -10,4 +10,5 @@ export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=lib
 # CPython and torch keep memory until exit on purpose: leak reports would be noise.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+check_scratch_import sanitized
 python -m pytest -q -p no:cacheprovider tests "$@"

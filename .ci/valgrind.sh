@@ -8,6 +8,7 @@ set -euo pipefail
 export CFLAGS="-g"
 source "$(dirname "$0")/scratch_build.sh"
 export PYTHONMALLOC=malloc POSEMB_NUM_THREADS=2
+check_scratch_import valgrind
 py=$(python -c "import sys; print(sys.executable)")   # the binary, not a pyenv shim
 valgrind --tool=memcheck --error-exitcode=1 --errors-for-leak-kinds=definite \
   --leak-check=full --show-leak-kinds=definite --num-callers=30 ${VALGRIND_EXTRA:-} \
