@@ -277,13 +277,6 @@ static const rope_kernel rope_inter_fwd[3] = {{pe_rope_inter_fwd_f16, 2},
 static const rope_kernel rope_inter_back[3] = {{pe_rope_inter_back_f16, 2},
                                                {pe_rope_inter_back_f32, 4},
                                                {pe_rope_inter_back_f64, 8}};
-/* duplicated-table half-split kernels by kind (0 fwd, 1 back), f32/f64 */
-static const pe_rope_fn rope_dup_by_kind[2][2] = {
-    {pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
-    {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
-static const pe_rope_fn rope_dupnt_by_kind[2][2] = {
-    {pe_rope_dupnt_fwd_f32, pe_rope_dupnt_fwd_f64},
-    {pe_rope_dupnt_back_f32, pe_rope_dupnt_back_f64}};
 /* by kind: 0 half fwd, 1 half back, 2 interleaved fwd, 3 interleaved back */
 static const rope_kernel *const rope_by_kind[4] = {
     rope_half_fwd, rope_half_back, rope_inter_fwd, rope_inter_back};
@@ -387,11 +380,12 @@ py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *xo, *co, *so, *yo;
     PyArrayObject *x, *c, *s, *y;
-    int kind, typenum, k, t;
+    int kind, typenum, k, t, simd = 2;
     const rope_kernel *kern;
     pe_rope_grid g;
 
-    if (!PyArg_ParseTuple(args, "iOOOO:_rope_grid", &kind, &xo, &co, &so, &yo))
+    if (!PyArg_ParseTuple(args, "iOOOO|i:_rope_grid", &kind, &xo, &co, &so, &yo,
+                          &simd))
         return NULL;
     if (kind < 0 || kind > 3) {
         PyErr_SetString(PyExc_ValueError, "kind must be 0..3");
@@ -481,14 +475,11 @@ py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
     kern = &rope_by_kind[kind][k];
     Py_BEGIN_ALLOW_THREADS
     {
-        pe_rope_fn fn = kern->fn;
-        /* half-split f32/f64 with HF-style duplicated tables: the same bits
-         * from half the table loads */
-        if (kind < 2 && k > 0 && pe_rope_tables_duplicated(&g, kern->itemsize))
-            fn = (g.y != g.x && PyArray_NBYTES(y) >= PE_STREAM_MIN_BYTES)
-                     ? rope_dupnt_by_kind[kind][k - 1]
-                     : rope_dup_by_kind[kind][k - 1];
-        pe_rope_grid_run(fn, &g, kern->itemsize);
+        /* half-split f32/f64: duplicated tables and SIMD, block by block */
+        if (kind < 2 && k > 0)
+            pe_rope_grid_half(&g, kind, kern->itemsize, simd);
+        else
+            pe_rope_grid_run(kern->fn, &g, kern->itemsize);
     }
     Py_END_ALLOW_THREADS
     Py_INCREF(yo);
@@ -571,7 +562,8 @@ py_stream(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef rope_methods[] = {
     {"_rope_grid", py_rope_grid, METH_VARARGS,
-     "_rope_grid(kind, x, cos, sin, out): position-blocked RoPE on (B, H, S, d)."},
+     "_rope_grid(kind, x, cos, sin, out, simd=2): position-blocked RoPE on "
+     "(B, H, S, d); simd caps the vector level (0 C, 1 SSE2, 2 AVX2), for tests."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n) -> the thread count now used by posemb's kernels."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

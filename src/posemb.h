@@ -151,19 +151,24 @@ void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize);
 /*
  * Duplicated-table kernels: half-split RoPE for tables whose rows satisfy
  * row[i + h] == row[i] (HF's concat(c, c)), reading only the first half;
- * bit-identical to pe_rope_half_* on such tables.  pe_rope_tables_duplicated
- * checks a grid's tables bitwise (1 if every row read is duplicated).
+ * bit-identical to pe_rope_half_* on such tables.
  */
 void pe_rope_dup_fwd_f32(const pe_rope_loop *a);
 void pe_rope_dup_fwd_f64(const pe_rope_loop *a);
 void pe_rope_dup_back_f32(const pe_rope_loop *a);
 void pe_rope_dup_back_f64(const pe_rope_loop *a);
-int pe_rope_tables_duplicated(const pe_rope_grid *g, ptrdiff_t itemsize);
-/* the same with streaming (non-temporal) stores, for large out-of-place y */
-void pe_rope_dupnt_fwd_f32(const pe_rope_loop *a);
-void pe_rope_dupnt_fwd_f64(const pe_rope_loop *a);
-void pe_rope_dupnt_back_f32(const pe_rope_loop *a);
-void pe_rope_dupnt_back_f64(const pe_rope_loop *a);
+
+/*
+ * Half-split RoPE over a grid, float32 (itemsize 4) or float64 (8), fwd or
+ * back: the bits of pe_rope_half_* by the fastest kernel each block of
+ * positions allows.  Blocks whose table rows are duplicated (checked
+ * bitwise) read half the tables, with explicit SSE2/AVX2 vectors on x86-64
+ * and streaming stores for large out-of-place outputs.  simd caps the
+ * vector level: 0 portable C, 1 SSE2, 2 AVX2 (pe_rope_simd_level() is what
+ * this CPU has).
+ */
+void pe_rope_grid_half(const pe_rope_grid *g, int back, ptrdiff_t itemsize, int simd);
+int pe_rope_simd_level(void);
 
 /* out-of-place outputs at least this large use streaming stores */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)

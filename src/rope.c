@@ -206,77 +206,136 @@ DEFINE_ROPE_DUP(back, float, f32)
 DEFINE_ROPE_DUP(back, double, f64)
 
 /*
- * Streaming-store forms of the duplicated-table kernels, for large
- * out-of-place outputs: a plain store first reads the destination line
- * (read-for-ownership), so an out-of-place pass moves three streams where
- * a copy moves two; non-temporal stores skip that read.  SSE2 (baseline on
- * x86-64) with the same mul/mul/add-or-sub per value as the C loop, so the
- * same bits.  Vectors that are not 16-byte aligned with h a multiple of the
- * vector width, and in-place vectors, take the plain kernel.
+ * x86-64 kernels for duplicated tables, with explicit SSE2 (baseline) or
+ * AVX2 (chosen at run time) vectors: the same mul/mul/add-or-sub per value
+ * as ROT_fwd/ROT_back, so the same bits (no fused multiply-add: these are
+ * separate vector operations and the build passes -ffp-contract=off).
+ *
+ *   *_one: one pass over each vector, loads before stores for every i, so
+ *          y may be x itself (in place); plain unaligned stores.
+ *   *_nt:  out of place with streaming (non-temporal) stores, one half of
+ *          y after the other, so each 64-byte output line is written by
+ *          consecutive stores: a plain store first reads its line
+ *          (read-for-ownership), a streaming store does not, but
+ *          interleaving the two halves' partial lines made streaming
+ *          slower than plain stores.  Needs y, its row steps and h*itemsize
+ *          16-byte aligned; the AVX2 form peels 16 bytes to reach 32.
+ *
+ * Every kernel needs contiguous vectors and tables and h a multiple of the
+ * 16-byte vector width (pe_rope_grid_half checks); features past 2h are
+ * copied.
  */
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PE_ROPE_X86 1
 
-#define NT_fwd_ps(ya, yb, xa, xb, c, s) \
-    do { ya = _mm_sub_ps(_mm_mul_ps(xa, c), _mm_mul_ps(xb, s)); \
-         yb = _mm_add_ps(_mm_mul_ps(xb, c), _mm_mul_ps(xa, s)); } while (0)
-#define NT_back_ps(ya, yb, xa, xb, c, s) \
-    do { ya = _mm_add_ps(_mm_mul_ps(xa, c), _mm_mul_ps(xb, s)); \
-         yb = _mm_sub_ps(_mm_mul_ps(xb, c), _mm_mul_ps(xa, s)); } while (0)
-#define NT_fwd_pd(ya, yb, xa, xb, c, s) \
-    do { ya = _mm_sub_pd(_mm_mul_pd(xa, c), _mm_mul_pd(xb, s)); \
-         yb = _mm_add_pd(_mm_mul_pd(xb, c), _mm_mul_pd(xa, s)); } while (0)
-#define NT_back_pd(ya, yb, xa, xb, c, s) \
-    do { ya = _mm_add_pd(_mm_mul_pd(xa, c), _mm_mul_pd(xb, s)); \
-         yb = _mm_sub_pd(_mm_mul_pd(xb, c), _mm_mul_pd(xa, s)); } while (0)
+#define VF_(P, OP, S) P##_##OP##_##S
+#define VF(P, OP, S) VF_(P, OP, S)  /* VF(_mm256, mul, ps): _mm256_mul_ps */
+/* lo = xa*c OP1 xb*s, hi = xb*c OP2 xa*s: fwd (sub, add), back (add, sub) */
+#define LO_fwd sub
+#define HI_fwd add
+#define LO_back add
+#define HI_back sub
+#define VLO(P, S, DIR, xa, xb, c, s) \
+    VF(P, LO_##DIR, S)(VF(P, mul, S)(xa, c), VF(P, mul, S)(xb, s))
+#define VHI(P, S, DIR, xa, xb, c, s) \
+    VF(P, HI_##DIR, S)(VF(P, mul, S)(xb, c), VF(P, mul, S)(xa, s))
+#define LO_EXPR(P, S, DIR) \
+    VLO(P, S, DIR, VF(P, loadu, S)(x + i), VF(P, loadu, S)(x + i + h), \
+        VF(P, loadu, S)(c + i), VF(P, loadu, S)(s + i))
+#define HI_EXPR(P, S, DIR) \
+    VHI(P, S, DIR, VF(P, loadu, S)(x + i), VF(P, loadu, S)(x + i + h), \
+        VF(P, loadu, S)(c + i), VF(P, loadu, S)(s + i))
 
-#define DEFINE_ROPE_DUPNT(DIR, T, SUF, V, W, PS)                              \
-void pe_rope_dupnt_##DIR##_##SUF(const pe_rope_loop *L)                       \
-{                                                                             \
-    const ptrdiff_t h = L->r / 2, z = (ptrdiff_t)sizeof(T);                   \
-    if (L->x_inner != z || L->y_inner != z || L->cos_inner != z ||            \
-        L->sin_inner != z || h % W != 0 || L->x == L->y) {                    \
-        pe_rope_dup_##DIR##_##SUF(L);                                         \
-        return;                                                               \
-    }                                                                         \
-    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+#define ROW_POINTERS(T)                                                       \
         const T *c = (const T *)(const void *)(L->cos + k * L->cos_step);     \
         const T *s = (const T *)(const void *)(L->sin + k * L->sin_step);     \
         const T *x = (const T *)(const void *)(L->x + k * L->x_step);         \
-        T *y = (T *)(void *)(L->y + k * L->y_step);                           \
-        if (((uintptr_t)y & 15u) != 0) {                                      \
-            pe_rope_loop one = *L;                                            \
-            one.n = 1;                                                        \
-            one.x = (const char *)x;                                          \
-            one.y = (char *)y;                                                \
-            one.cos = (const char *)c;                                        \
-            one.sin = (const char *)s;                                        \
-            pe_rope_dup_##DIR##_##SUF(&one);                                  \
-            continue;                                                         \
-        }                                                                     \
+        T *y = (T *)(void *)(L->y + k * L->y_step);
+#define COPY_TAIL(T)                                                          \
+        if (L->d > 2 * h && y != x)                                           \
+            memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T));
+
+/* ISA: sse2 or avx2; P/V/W: the vector prefix, type and width (elements) */
+#define DEFINE_ROPE_X86(ISA, DIR, T, SUF, P, S, V, W)                         \
+__attribute__((target(#ISA)))                                                 \
+static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(T)                                                       \
         for (ptrdiff_t i = 0; i < h; i += W) {                                \
-            const V xa = _mm_loadu_##PS(x + i), xb = _mm_loadu_##PS(x + i + h);\
-            const V cv = _mm_loadu_##PS(c + i), sv = _mm_loadu_##PS(s + i);   \
-            V ya, yb;                                                         \
-            NT_##DIR##_##PS(ya, yb, xa, xb, cv, sv);                          \
-            _mm_stream_##PS(y + i, ya);                                       \
-            _mm_stream_##PS(y + i + h, yb);                                   \
+            const V xa = VF(P, loadu, S)(x + i), xb = VF(P, loadu, S)(x + i + h); \
+            const V cv = VF(P, loadu, S)(c + i), sv = VF(P, loadu, S)(s + i); \
+            const V ya = VLO(P, S, DIR, xa, xb, cv, sv);                      \
+            const V yb = VHI(P, S, DIR, xa, xb, cv, sv);                      \
+            VF(P, storeu, S)(y + i, ya);                                      \
+            VF(P, storeu, S)(y + i + h, yb);                                  \
         }                                                                     \
-        if (L->d > 2 * h)                                                     \
-            memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T)); \
+        COPY_TAIL(T)                                                          \
     }                                                                         \
-    _mm_sfence();   /* order the streaming stores before the job completes */ \
 }
 
-DEFINE_ROPE_DUPNT(fwd, float, f32, __m128, 4, ps)
-DEFINE_ROPE_DUPNT(back, float, f32, __m128, 4, ps)
-DEFINE_ROPE_DUPNT(fwd, double, f64, __m128d, 2, pd)
-DEFINE_ROPE_DUPNT(back, double, f64, __m128d, 2, pd)
-#else
-void pe_rope_dupnt_fwd_f32(const pe_rope_loop *L) { pe_rope_dup_fwd_f32(L); }
-void pe_rope_dupnt_back_f32(const pe_rope_loop *L) { pe_rope_dup_back_f32(L); }
-void pe_rope_dupnt_fwd_f64(const pe_rope_loop *L) { pe_rope_dup_fwd_f64(L); }
-void pe_rope_dupnt_back_f64(const pe_rope_loop *L) { pe_rope_dup_back_f64(L); }
+/* streaming half passes: SSE2 16 bytes at a time, AVX2 32 after a peel */
+#define NT_PASSES_sse2(DIR, T, S, W2)                                         \
+        for (ptrdiff_t i = 0; i < h; i += W2)                                 \
+            VF(_mm, stream, S)(y + i, LO_EXPR(_mm, S, DIR));                  \
+        for (ptrdiff_t i = 0; i < h; i += W2)                                 \
+            VF(_mm, stream, S)(y + h + i, HI_EXPR(_mm, S, DIR));
+/* one half [BASE, BASE + h) of y; needs h >= W2 */
+#define NT_HALF_avx2(DIR, S, W2, BASE, EXPR)                                  \
+    {                                                                         \
+        ptrdiff_t i = 0;                                                      \
+        if (((uintptr_t)(y + BASE) & 31u) != 0) {  /* to 32-byte alignment */ \
+            VF(_mm, stream, S)(y + BASE, EXPR(_mm, S, DIR));                  \
+            i = W2;                                                           \
+        }                                                                     \
+        for (; i + 2 * W2 <= h; i += 2 * W2)                                  \
+            VF(_mm256, stream, S)(y + BASE + i, EXPR(_mm256, S, DIR));        \
+        for (; i < h; i += W2)                                                \
+            VF(_mm, stream, S)(y + BASE + i, EXPR(_mm, S, DIR));              \
+    }
+#define NT_PASSES_avx2(DIR, T, S, W2)                                         \
+        NT_HALF_avx2(DIR, S, W2, 0, LO_EXPR)                                  \
+        NT_HALF_avx2(DIR, S, W2, h, HI_EXPR)
+
+#define DEFINE_ROPE_X86_NT(ISA, DIR, T, SUF, S, W2)                           \
+__attribute__((target(#ISA)))                                                 \
+static void rope_nt_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)              \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(T)                                                       \
+        NT_PASSES_##ISA(DIR, T, S, W2)                                        \
+        COPY_TAIL(T)                                                          \
+    }                                                                         \
+    _mm_sfence();   /* order the streaming stores before the task ends */     \
+}
+
+#define DEFINE_ROPE_X86_ALL(DIR)                                              \
+DEFINE_ROPE_X86(sse2, DIR, float, f32, _mm, ps, __m128, 4)                    \
+DEFINE_ROPE_X86(sse2, DIR, double, f64, _mm, pd, __m128d, 2)                  \
+DEFINE_ROPE_X86(avx2, DIR, float, f32, _mm256, ps, __m256, 8)                 \
+DEFINE_ROPE_X86(avx2, DIR, double, f64, _mm256, pd, __m256d, 4)               \
+DEFINE_ROPE_X86_NT(sse2, DIR, float, f32, ps, 4)                              \
+DEFINE_ROPE_X86_NT(sse2, DIR, double, f64, pd, 2)                             \
+DEFINE_ROPE_X86_NT(avx2, DIR, float, f32, ps, 4)                              \
+DEFINE_ROPE_X86_NT(avx2, DIR, double, f64, pd, 2)
+
+DEFINE_ROPE_X86_ALL(fwd)
+DEFINE_ROPE_X86_ALL(back)
+
+/* [back][f64][avx2] */
+static const pe_rope_fn rope_one_x86[2][2][2] = {
+    {{rope_one_sse2_fwd_f32, rope_one_avx2_fwd_f32},
+     {rope_one_sse2_fwd_f64, rope_one_avx2_fwd_f64}},
+    {{rope_one_sse2_back_f32, rope_one_avx2_back_f32},
+     {rope_one_sse2_back_f64, rope_one_avx2_back_f64}}};
+static const pe_rope_fn rope_nt_x86[2][2][2] = {
+    {{rope_nt_sse2_fwd_f32, rope_nt_avx2_fwd_f32},
+     {rope_nt_sse2_fwd_f64, rope_nt_avx2_fwd_f64}},
+    {{rope_nt_sse2_back_f32, rope_nt_avx2_back_f32},
+     {rope_nt_sse2_back_f64, rope_nt_avx2_back_f64}}};
 #endif
 
 /* ------------------------------------------------------------------ */
@@ -370,11 +429,32 @@ void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize)
 }
 
 typedef struct {
-    pe_rope_fn fn;
+    pe_rope_fn fn;       /* any tables */
+    pe_rope_fn dup;      /* blocks whose table rows are duplicated, or NULL */
     const pe_rope_grid *g;
+    ptrdiff_t itemsize;
     ptrdiff_t rows;      /* positions per block */
     ptrdiff_t blocks;    /* blocks per batch entry */
 } rope_grid_job;
+
+/* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
+ * (row[i + h] == row[i], bitwise)?  Reading them brings them into cache
+ * just before the block uses them. */
+static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
+                           ptrdiff_t rows, ptrdiff_t itemsize)
+{
+    const size_t half = (size_t)(g->r / 2 * itemsize);
+    for (ptrdiff_t t = 0; t < 2; t++) {
+        const char *tab = t ? g->sin + b * g->sin_b : g->cos + b * g->cos_b;
+        const ptrdiff_t step = t ? g->sin_s : g->cos_s;
+        const ptrdiff_t n = step == 0 ? 1 : rows;
+        tab += s0 * step;
+        for (ptrdiff_t k = 0; k < n; k++)
+            if (memcmp(tab + k * step, tab + k * step + half, half) != 0)
+                return 0;
+    }
+    return 1;
+}
 
 /* items are (b, block) pairs; each runs every head over the block */
 static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
@@ -385,6 +465,9 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         const ptrdiff_t b = t / job->blocks;
         const ptrdiff_t s0 = (t % job->blocks) * job->rows;
         const ptrdiff_t rows = g->S - s0 < job->rows ? g->S - s0 : job->rows;
+        const pe_rope_fn fn =
+            job->dup && rows_duplicated(g, b, s0, rows, job->itemsize) ? job->dup
+                                                                       : job->fn;
         pe_rope_loop L;
         L.n = rows;
         L.d = g->d;
@@ -402,53 +485,84 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         for (ptrdiff_t h = 0; h < g->H; h++) {
             L.x = g->x + b * g->x_b + h * g->x_h + s0 * g->x_s;
             L.y = g->y + b * g->y_b + h * g->y_h + s0 * g->y_s;
-            job->fn(&L);
+            fn(&L);
         }
     }
 }
 
-void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
+/* table_bytes: the cos and sin rows of one block, about */
+static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
 {
-    /* a block of table rows (cos and sin) fits in about 16 KiB of L1 */
-    const ptrdiff_t row_bytes = 2 * (g->r > 0 ? g->r : 1) * itemsize;
-    ptrdiff_t rows = ((ptrdiff_t)16 << 10) / row_bytes;
-    rope_grid_job job;
-    ptrdiff_t block_bytes;
+    const pe_rope_grid *g = job->g;
+    const ptrdiff_t row_bytes = 2 * (g->r > 0 ? g->r : 1) * job->itemsize;
+    ptrdiff_t rows = table_bytes / row_bytes, block_bytes;
     if (g->B <= 0 || g->H <= 0 || g->S <= 0)
         return;
     if (rows < 1)
         rows = 1;
     if (rows > g->S)
         rows = g->S;
-    job.fn = fn;
-    job.g = g;
-    job.rows = rows;
-    job.blocks = (g->S + rows - 1) / rows;
-    block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, itemsize);
-    pe_parallel_for(g->B * job.blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
-                    rope_grid_task, &job);
+    job->rows = rows;
+    job->blocks = (g->S + rows - 1) / rows;
+    block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, job->itemsize);
+    pe_parallel_for(g->B * job->blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
+                    rope_grid_task, job);
 }
 
-/*
- * Are the grid's tables duplicated halves (row[i + h] == row[i], bitwise)
- * in every row the grid reads?  Reads each table row once: 1/(B*H) of the
- * bytes of x for the usual broadcast tables.
- */
-int pe_rope_tables_duplicated(const pe_rope_grid *g, ptrdiff_t itemsize)
+void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
 {
+    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0};
+    grid_run(&job, (ptrdiff_t)16 << 10);   /* a block's table rows: L1 */
+}
+
+/* is p a multiple of a (a power of two)? */
+#define ALIGNED(p, a) ((((uintptr_t)(p)) & ((uintptr_t)(a) - 1u)) == 0)
+
+int pe_rope_simd_level(void)
+{
+#if defined(PE_ROPE_X86)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? 2 : 1;
+#else
+    return 0;
+#endif
+}
+
+void pe_rope_grid_half(const pe_rope_grid *g, int back, ptrdiff_t itemsize, int simd)
+{
+    static const pe_rope_fn full[2][2] = {
+        {pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
+        {pe_rope_half_back_f32, pe_rope_half_back_f64}};
+    static const pe_rope_fn dup[2][2] = {
+        {pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
+        {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
+    const int f64 = itemsize == 8;
     const ptrdiff_t h = g->r / 2;
-    const ptrdiff_t nb = g->cos_b == 0 && g->sin_b == 0 ? 1 : g->B;
-    const ptrdiff_t ns = g->cos_s == 0 && g->sin_s == 0 ? 1 : g->S;
+    rope_grid_job job = {full[back][f64], dup[back][f64], g, itemsize, 0, 0};
+    ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;
     if (g->cos_inner != itemsize || g->sin_inner != itemsize || h == 0)
-        return 0;
-    for (ptrdiff_t b = 0; b < nb; b++) {
-        for (ptrdiff_t s = 0; s < ns; s++) {
-            const char *c = g->cos + b * g->cos_b + s * g->cos_s;
-            const char *sn = g->sin + b * g->sin_b + s * g->sin_s;
-            if (memcmp(c, c + h * itemsize, (size_t)(h * itemsize)) != 0 ||
-                memcmp(sn, sn + h * itemsize, (size_t)(h * itemsize)) != 0)
-                return 0;
+        job.dup = NULL;   /* (the dup kernels would take the full path) */
+#if defined(PE_ROPE_X86)
+    if (simd > pe_rope_simd_level())
+        simd = pe_rope_simd_level();
+    if (job.dup && simd > 0 && g->x_inner == itemsize && g->y_inner == itemsize &&
+        (h * itemsize) % 16 == 0) {
+        const int in_place = g->y == g->x && g->y_b == g->x_b &&
+                             g->y_h == g->x_h && g->y_s == g->x_s;
+        const int avx2 = simd >= 2 && (h * itemsize) % 32 == 0;
+        const int streaming =
+            !in_place && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
+            ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
+            ALIGNED(g->y_s, 16);
+        if (streaming) {
+            job.dup = rope_nt_x86[back][f64][simd >= 2];
+            table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
+        } else {
+            job.dup = rope_one_x86[back][f64][avx2];
         }
     }
-    return 1;
+#else
+    (void)simd;
+#endif
+    grid_run(&job, table_bytes);
 }

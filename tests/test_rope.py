@@ -643,3 +643,53 @@ def test_large_blocked_paths_equal_gufunc(rng, dtype, backward, variant):
     np.testing.assert_array_equal(fn(x, cos, sin), want)
     xi = x.copy()
     np.testing.assert_array_equal(fn(xi, cos, sin, out=xi), want)
+
+
+def _aligned_empty(shape, dtype, offset):
+    """An empty array whose data starts `offset` bytes past 64-byte alignment."""
+    itemsize = np.dtype(dtype).itemsize
+    buf = np.empty(int(np.prod(shape)) * itemsize + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    return buf[start:start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("simd", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("case", ["dup", "mixed", "per_batch", "rot40", "rot36", "partial"])
+@pytest.mark.parametrize("offset", [0, 16, 4])
+def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset):
+    """The grid driver's kernels at every vector level (portable C, SSE2,
+    AVX2; capped by the CPU), in place, out of place with plain stores
+    (small) and streaming stores (>= 4 MiB, 32-, 16- or 4-byte aligned
+    out), and blocks whose tables are not duplicated: all the gufunc's
+    bits, and nothing past the output is written."""
+    if offset == 4 and dtype == np.float64:
+        offset = 8
+    seq = 2048 if dtype == np.float32 else 1024              # x: 8 MiB
+    rot = {"rot40": 40, "rot36": 36, "partial": 64}.get(case, 128)
+    batch = 2 if case == "per_batch" else 1
+    x = rng.standard_normal((batch, 4, seq, 128)).astype(dtype)
+    pos = np.arange(seq) if case != "per_batch" else np.stack([np.arange(seq), np.arange(seq)[::-1]])
+    cos, sin = posemb.rope_cos_sin(pos, rot, dtype=dtype)
+    cos, sin = cos.reshape(batch, 1, seq, rot).copy(), sin.reshape(batch, 1, seq, rot).copy()
+    if case == "mixed":                # a few rows (so some blocks) not duplicated
+        cos[..., 700, 0] += 0.25
+        sin[..., 1500 % seq, rot - 1] -= 0.25
+    uf = posemb._core.rope_half_back if backward else posemb._core.rope_half_fwd
+    want = uf(x, cos, sin)
+    kind = 1 if backward else 0
+    for shape in (x.shape, (batch, 1, 64, 128)):             # streaming, and small
+        xs = np.ascontiguousarray(x[:, :shape[1], :shape[2]])
+        w = want[:, :shape[1], :shape[2]]
+        cs, ss = cos[:, :, :shape[2]], sin[:, :, :shape[2]]
+        big = _aligned_empty((xs.size + 16,), dtype, offset)
+        big[:] = 7.0
+        out = big[:xs.size].reshape(xs.shape)
+        posemb._core._rope_grid(kind, xs, cs, ss, out, simd)
+        np.testing.assert_array_equal(out, w)
+        np.testing.assert_array_equal(big[xs.size:], 7.0)
+        xi = _aligned_empty(xs.shape, dtype, offset)
+        xi[...] = xs
+        posemb._core._rope_grid(kind, xi, cs, ss, xi, simd)
+        np.testing.assert_array_equal(xi, w)
