@@ -41,16 +41,25 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def median_time(fn: Fn, repeat: int, calls: int = 1) -> float:
-    """Median seconds per call over `repeat` samples of `calls` calls."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def median_times(fns: list[Fn], repeat: int, calls: int = 1,
+                 rounds: int = 3) -> list[float]:
+    """Median seconds per call of each of `fns`, over `repeat` samples of
+    `calls` calls taken in `rounds` interleaved rounds (a warm-up call, then
+    that round's samples, function after function): a machine whose speed
+    drifts during the run shifts every function's samples alike, so the
+    ratios of the medians hold."""
+    rounds = max(1, min(rounds, repeat))
+    samples: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        n = repeat // rounds + (1 if r < repeat % rounds else 0)
+        for fn, out in zip(fns, samples):
             fn()
-        samples.append((time.perf_counter() - t0) / calls)
-    return float(np.median(samples))
+            for _ in range(n):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                out.append((time.perf_counter() - t0) / calls)
+    return [float(np.median(x)) for x in samples]
 
 
 def _torch() -> Any:
@@ -379,12 +388,17 @@ def _thread_scaling(repeat: int) -> dict[str, Any]:
     x = np.random.default_rng(1).standard_normal((1, 32, 4096, 128), dtype=np.float32)
     cos, sin = posemb.rope_cos_sin(np.arange(4096), 128)
     old = posemb.get_num_threads()
+    n = max(old, 2)
+
+    def with_threads(k: int) -> Fn:
+        def fn() -> Any:
+            posemb.set_num_threads(k)
+            return posemb.apply_rope(x, cos, sin, out=x)
+        return fn
+
     try:
-        posemb.set_num_threads(1)
-        t1 = median_time(lambda: posemb.apply_rope(x, cos, sin, out=x), repeat)
-        posemb.set_num_threads(max(old, 2))
-        tn = median_time(lambda: posemb.apply_rope(x, cos, sin, out=x), repeat)
-        n = posemb.get_num_threads()
+        t1, tn = median_times([with_threads(1), with_threads(n)], repeat)
+        n = posemb.set_num_threads(n)
     finally:
         posemb.set_num_threads(old)
     return {"shape": "1x32x4096x128", "t1_ms": t1 * 1e3, "threads": n,
@@ -403,10 +417,11 @@ def run(families: list[str], quick: bool, repeat: int) -> dict[str, Any]:
             calls = case.calls if case.per_call else 1
             row: dict[str, Any] = {"family": case.family, "kernel": case.name,
                                    "shape": case.shape, "note": case.note}
-            row["posemb_s"] = median_time(case.posemb, reps, calls)
-            for key, fn in (("limit_s", case.limit), ("torch_s", case.torch),
-                            ("numpy_s", case.numpy)):
-                row[key] = median_time(fn, reps, calls) if fn is not None else None
+            keys = ["posemb_s", "limit_s", "torch_s", "numpy_s"]
+            fns = [case.posemb, case.limit, case.torch, case.numpy]
+            timed = median_times([f for f in fns if f is not None], reps, calls)
+            for key, fn in zip(keys, fns):
+                row[key] = timed.pop(0) if fn is not None else None
             row["limit_kind"] = case.limit_kind
             row["posemb_over_limit"] = (row["posemb_s"] / row["limit_s"]
                                         if row["limit_s"] else None)
@@ -444,7 +459,7 @@ def _fmt_ratio(r: float | None) -> str:
 def format_table(result: dict[str, Any]) -> str:
     lines = [f"posemb {result['posemb']} bench: numpy {result['numpy']}, "
              f"torch {result['torch'] or 'not installed'}, {result['threads']} thread(s), "
-             f"median of {result['repeat']} runs"]
+             f"median of {result['repeat']} runs in 3 interleaved rounds"]
     head = (f"{'kernel':30s} {'shape':24s} {'posemb':>10s} {'limit':>16s} "
             f"{'posemb/limit':>12s} {'torch':>10s} {'torch/posemb':>12s} "
             f"{'numpy':>10s} {'numpy/posemb':>12s}")

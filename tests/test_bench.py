@@ -1,0 +1,40 @@
+"""`python -m posemb bench`: the harness runs and reports what it says it
+does (timings themselves are never asserted: they belong to the bench)."""
+import json
+import subprocess
+import sys
+
+from posemb import _bench
+
+
+def test_median_times_interleaves_rounds():
+    calls = []
+    fns = [lambda: calls.append("a"), lambda: calls.append("b")]
+    times = _bench.median_times(fns, repeat=7, calls=2, rounds=3)
+    assert len(times) == 2 and all(t >= 0 for t in times)
+    # 3 rounds, each: a warm-up call, then that round's samples of 2 calls
+    # (7 samples split 3 + 2 + 2), a's before b's
+    per_round = [3, 2, 2]
+    want = []
+    for n in per_round:
+        want += ["a"] * (1 + 2 * n) + ["b"] * (1 + 2 * n)
+    assert calls == want
+
+
+def test_bench_json_has_every_family_and_ratio():
+    out = subprocess.run(
+        [sys.executable, "-m", "posemb", "bench", "--quick", "--repeat", "3", "--json",
+         "--family", "rope", "--family", "sinusoidal", "--family", "learned",
+         "--family", "bias"],
+        capture_output=True, text=True, check=True, timeout=600).stdout
+    result = json.loads(out)
+    fams = {r["family"] for r in result["rows"]}
+    assert fams == {"rope", "sinusoidal", "learned", "bias"}
+    for r in result["rows"]:
+        assert r["posemb_s"] > 0
+        if r["limit_s"]:
+            assert abs(r["posemb_over_limit"] - r["posemb_s"] / r["limit_s"]) < 1e-12
+        if r["torch_s"]:
+            assert abs(r["torch_over_posemb"] - r["torch_s"] / r["posemb_s"]) < 1e-12
+    sc = result["thread_scaling"]
+    assert sc["threads"] >= 2 and sc["speedup"] == sc["t1_ms"] / sc["tn_ms"]
