@@ -433,6 +433,7 @@ typedef struct {
     pe_rope_fn dup;      /* blocks whose table rows are duplicated, or NULL */
     const pe_rope_grid *g;
     ptrdiff_t itemsize;
+    ptrdiff_t prefetch;  /* bytes of the next head's part to prefetch */
     ptrdiff_t rows;      /* positions per block */
     ptrdiff_t blocks;    /* blocks per batch entry */
 } rope_grid_job;
@@ -457,6 +458,22 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
 }
 
 /* items are (b, block) pairs; each runs every head over the block */
+/*
+ * Ask for the first bytes of the next head's part of a block while this
+ * head's runs: the hardware prefetcher starts afresh at every jump from one
+ * head to the next (measured: about 5% of in-place time).
+ */
+static void prefetch_lines(const char *p, ptrdiff_t bytes)
+{
+#if defined(__GNUC__)
+    for (ptrdiff_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 1, 3);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
     const rope_grid_job *job = (const rope_grid_job *)ctx;
@@ -485,6 +502,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         for (ptrdiff_t h = 0; h < g->H; h++) {
             L.x = g->x + b * g->x_b + h * g->x_h + s0 * g->x_s;
             L.y = g->y + b * g->y_b + h * g->y_h + s0 * g->y_s;
+            if (h + 1 < g->H)
+                prefetch_lines(L.x + g->x_h, job->prefetch);
             fn(&L);
         }
     }
@@ -511,7 +530,7 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
 
 void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
 {
-    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0};
+    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0};
     grid_run(&job, (ptrdiff_t)16 << 10);   /* a block's table rows: L1 */
 }
 
@@ -538,7 +557,7 @@ void pe_rope_grid_half(const pe_rope_grid *g, int back, ptrdiff_t itemsize, int 
         {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
     const int f64 = itemsize == 8;
     const ptrdiff_t h = g->r / 2;
-    rope_grid_job job = {full[back][f64], dup[back][f64], g, itemsize, 0, 0};
+    rope_grid_job job = {full[back][f64], dup[back][f64], g, itemsize, 2048, 0, 0};
     ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;
     if (g->cos_inner != itemsize || g->sin_inner != itemsize || h == 0)
         job.dup = NULL;   /* (the dup kernels would take the full path) */
@@ -556,6 +575,7 @@ void pe_rope_grid_half(const pe_rope_grid *g, int back, ptrdiff_t itemsize, int 
             ALIGNED(g->y_s, 16);
         if (streaming) {
             job.dup = rope_nt_x86[back][f64][simd >= 2];
+            job.prefetch = 0;                      /* (measured: no gain) */
             table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
         } else {
             job.dup = rope_one_x86[back][f64][avx2];
