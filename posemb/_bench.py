@@ -41,19 +41,25 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def median_times(fns: list[Fn], repeat: int, calls: int = 1,
-                 rounds: int = 3) -> list[float]:
+def median_times(fns: list[Fn], repeat: int, calls: int = 1, rounds: int = 5,
+                 warm_s: float = 0.03) -> list[float]:
     """Median seconds per call of each of `fns`, over `repeat` samples of
-    `calls` calls taken in `rounds` interleaved rounds (a warm-up call, then
-    that round's samples, function after function): a machine whose speed
-    drifts during the run shifts every function's samples alike, so the
-    ratios of the medians hold."""
+    `calls` calls taken in `rounds` interleaved rounds.  In every round each
+    function first runs for `warm_s` seconds (at least once), then takes
+    that round's samples: a virtual CPU that idled, or ran something else,
+    is up to 4x slower for its first milliseconds (measured here), and a
+    warm function sees its own data in cache as a loop of it would leave
+    it.  A machine whose speed drifts during the run shifts every
+    function's samples alike, so the ratios of the medians hold."""
     rounds = max(1, min(rounds, repeat))
     samples: list[list[float]] = [[] for _ in fns]
     for r in range(rounds):
         n = repeat // rounds + (1 if r < repeat % rounds else 0)
         for fn, out in zip(fns, samples):
+            t0 = time.perf_counter()
             fn()
+            while time.perf_counter() - t0 < warm_s:
+                fn()
             for _ in range(n):
                 t0 = time.perf_counter()
                 for _ in range(calls):
@@ -459,7 +465,7 @@ def _fmt_ratio(r: float | None) -> str:
 def format_table(result: dict[str, Any]) -> str:
     lines = [f"posemb {result['posemb']} bench: numpy {result['numpy']}, "
              f"torch {result['torch'] or 'not installed'}, {result['threads']} thread(s), "
-             f"median of {result['repeat']} runs in 3 interleaved rounds"]
+             f"median of {result['repeat']} runs in interleaved rounds"]
     head = (f"{'kernel':30s} {'shape':24s} {'posemb':>10s} {'limit':>16s} "
             f"{'posemb/limit':>12s} {'torch':>10s} {'torch/posemb':>12s} "
             f"{'numpy':>10s} {'numpy/posemb':>12s}")

@@ -3,6 +3,7 @@ does (timings themselves are never asserted: they belong to the bench)."""
 import json
 import subprocess
 import sys
+import time
 
 from posemb import _bench
 
@@ -10,15 +11,19 @@ from posemb import _bench
 def test_median_times_interleaves_rounds():
     calls = []
     fns = [lambda: calls.append("a"), lambda: calls.append("b")]
-    times = _bench.median_times(fns, repeat=7, calls=2, rounds=3)
+    times = _bench.median_times(fns, repeat=7, calls=2, rounds=3, warm_s=0)
     assert len(times) == 2 and all(t >= 0 for t in times)
-    # 3 rounds, each: a warm-up call, then that round's samples of 2 calls
-    # (7 samples split 3 + 2 + 2), a's before b's
-    per_round = [3, 2, 2]
+    # 3 rounds, each: one warm-up call (warm_s=0), then that round's samples
+    # of 2 calls (7 samples split 3 + 2 + 2), a's before b's
     want = []
-    for n in per_round:
+    for n in [3, 2, 2]:
         want += ["a"] * (1 + 2 * n) + ["b"] * (1 + 2 * n)
     assert calls == want
+    calls.clear()           # a warm-up period: calls repeat until it has passed
+    t0 = time.perf_counter()
+    _bench.median_times(fns, repeat=1, rounds=1, warm_s=0.02)
+    assert time.perf_counter() - t0 >= 0.04
+    assert calls.count("a") > 2 and calls.count("b") > 2
 
 
 def test_bench_json_has_every_family_and_ratio():
