@@ -475,9 +475,9 @@ py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
     kern = &rope_by_kind[kind][k];
     Py_BEGIN_ALLOW_THREADS
     {
-        /* half-split f32/f64: duplicated tables and SIMD, block by block */
-        if (kind < 2 && k > 0)
-            pe_rope_grid_half(&g, kind, kern->itemsize, simd);
+        /* f32/f64: SIMD kernels, duplicated half-split tables */
+        if (k > 0)
+            pe_rope_grid_fast(&g, kind, kern->itemsize, simd);
         else
             pe_rope_grid_run(kern->fn, &g, kern->itemsize);
     }

@@ -159,15 +159,16 @@ void pe_rope_dup_back_f32(const pe_rope_loop *a);
 void pe_rope_dup_back_f64(const pe_rope_loop *a);
 
 /*
- * Half-split RoPE over a grid, float32 (itemsize 4) or float64 (8), fwd or
- * back: the bits of pe_rope_half_* by the fastest kernel each block of
- * positions allows.  Blocks whose table rows are duplicated (checked
- * bitwise) read half the tables, with explicit SSE2/AVX2 vectors on x86-64
- * and streaming stores for large out-of-place outputs.  simd caps the
- * vector level: 0 portable C, 1 SSE2, 2 AVX2 (pe_rope_simd_level() is what
- * this CPU has).
+ * RoPE over a grid, float32 (itemsize 4) or float64 (8), kind 0..3 (half
+ * fwd, half back, interleaved fwd, interleaved back): the bits of
+ * pe_rope_{half,inter}_* by the fastest kernel each block of positions
+ * allows.  Half-split blocks whose table rows are duplicated (checked
+ * bitwise) read half the tables; on x86-64, explicit SSE2/AVX2 vectors and
+ * streaming stores for large out-of-place outputs.  simd caps the vector
+ * level: 0 portable C, 1 SSE2, 2 AVX2 (pe_rope_simd_level() is what this
+ * CPU has).
  */
-void pe_rope_grid_half(const pe_rope_grid *g, int back, ptrdiff_t itemsize, int simd);
+void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd);
 int pe_rope_simd_level(void);
 
 /* out-of-place outputs at least this large use streaming stores */

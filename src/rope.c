@@ -325,17 +325,109 @@ DEFINE_ROPE_X86_NT(avx2, DIR, double, f64, pd, 2)
 DEFINE_ROPE_X86_ALL(fwd)
 DEFINE_ROPE_X86_ALL(back)
 
-/* [back][f64][avx2] */
-static const pe_rope_fn rope_one_x86[2][2][2] = {
-    {{rope_one_sse2_fwd_f32, rope_one_avx2_fwd_f32},
-     {rope_one_sse2_fwd_f64, rope_one_avx2_fwd_f64}},
-    {{rope_one_sse2_back_f32, rope_one_avx2_back_f32},
-     {rope_one_sse2_back_f64, rope_one_avx2_back_f64}}};
-static const pe_rope_fn rope_nt_x86[2][2][2] = {
-    {{rope_nt_sse2_fwd_f32, rope_nt_avx2_fwd_f32},
-     {rope_nt_sse2_fwd_f64, rope_nt_avx2_fwd_f64}},
-    {{rope_nt_sse2_back_f32, rope_nt_avx2_back_f32},
-     {rope_nt_sse2_back_f64, rope_nt_avx2_back_f64}}};
+/*
+ * Interleaved pairs (2i, 2i + 1), any tables: with w = swap_pairs(x),
+ *   fwd:  y = x*c + (w*s) with the even products negated
+ *   back: y = x*c + (w*swap_pairs(s)) with the odd products negated
+ * Negating a product and adding is exactly the C formula's subtraction, so
+ * the same bits as ROT_fwd/ROT_back.  x and y run in order, so streaming
+ * stores fill each output line consecutively.  Needs r a multiple of the
+ * 16-byte vector width.
+ */
+static const float inter_sign_fwd_f32[8] = {-0.0f, 0.0f, -0.0f, 0.0f,
+                                            -0.0f, 0.0f, -0.0f, 0.0f};
+static const float inter_sign_back_f32[8] = {0.0f, -0.0f, 0.0f, -0.0f,
+                                             0.0f, -0.0f, 0.0f, -0.0f};
+static const double inter_sign_fwd_f64[4] = {-0.0, 0.0, -0.0, 0.0};
+static const double inter_sign_back_f64[4] = {0.0, -0.0, 0.0, -0.0};
+#define SWAP__mm_ps(v) _mm_shuffle_ps(v, v, 0xB1)
+#define SWAP__mm_pd(v) _mm_shuffle_pd(v, v, 1)
+#define SWAP__mm256_ps(v) _mm256_permute_ps(v, 0xB1)
+#define SWAP__mm256_pd(v) _mm256_permute_pd(v, 5)
+#define SWAP(P, S, v) SWAP_##P##_##S(v)
+#define TSIN_fwd(P, S, v) (v)
+#define TSIN_back(P, S, v) SWAP(P, S, v)
+#define INTER_EXPR(P, S, DIR, SUF)                                            \
+    VF(P, add, S)(VF(P, mul, S)(VF(P, loadu, S)(x + i), VF(P, loadu, S)(c + i)), \
+                  VF(P, xor, S)(VF(P, mul, S)(SWAP(P, S, VF(P, loadu, S)(x + i)), \
+                                              TSIN_##DIR(P, S, VF(P, loadu, S)(s + i))), \
+                                VF(P, loadu, S)(inter_sign_##DIR##_##SUF)))
+
+/* one pass, plain stores (y may be x) */
+#define DEFINE_INTER_ONE(ISA, DIR, T, SUF, P, S, W)                           \
+__attribute__((target(#ISA)))                                                 \
+static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(T)                                                       \
+        for (ptrdiff_t i = 0; i < 2 * h; i += W)                              \
+            VF(P, storeu, S)(y + i, INTER_EXPR(P, S, DIR, SUF));              \
+        COPY_TAIL(T)                                                          \
+    }                                                                         \
+}
+
+/* streaming stores; W2 elements make 16 bytes; AVX2 peels to 32 */
+#define INTER_NT_sse2(DIR, SUF, S, W2)                                        \
+        for (ptrdiff_t i = 0; i < 2 * h; i += W2)                             \
+            VF(_mm, stream, S)(y + i, INTER_EXPR(_mm, S, DIR, SUF));
+#define INTER_NT_avx2(DIR, SUF, S, W2)                                        \
+    {                                                                         \
+        ptrdiff_t i = 0;                                                      \
+        if (((uintptr_t)y & 31u) != 0) {                                      \
+            VF(_mm, stream, S)(y, INTER_EXPR(_mm, S, DIR, SUF));              \
+            i = W2;                                                           \
+        }                                                                     \
+        for (; i + 2 * W2 <= 2 * h; i += 2 * W2)                              \
+            VF(_mm256, stream, S)(y + i, INTER_EXPR(_mm256, S, DIR, SUF));    \
+        for (; i < 2 * h; i += W2)                                            \
+            VF(_mm, stream, S)(y + i, INTER_EXPR(_mm, S, DIR, SUF));          \
+    }
+#define DEFINE_INTER_NT(ISA, DIR, T, SUF, S, W2)                              \
+__attribute__((target(#ISA)))                                                 \
+static void inter_nt_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(T)                                                       \
+        INTER_NT_##ISA(DIR, SUF, S, W2)                                       \
+        COPY_TAIL(T)                                                          \
+    }                                                                         \
+    _mm_sfence();                                                             \
+}
+
+#define DEFINE_INTER_ALL(DIR)                                                 \
+DEFINE_INTER_ONE(sse2, DIR, float, f32, _mm, ps, 4)                           \
+DEFINE_INTER_ONE(sse2, DIR, double, f64, _mm, pd, 2)                          \
+DEFINE_INTER_ONE(avx2, DIR, float, f32, _mm256, ps, 8)                        \
+DEFINE_INTER_ONE(avx2, DIR, double, f64, _mm256, pd, 4)                       \
+DEFINE_INTER_NT(sse2, DIR, float, f32, ps, 4)                                 \
+DEFINE_INTER_NT(sse2, DIR, double, f64, pd, 2)                                \
+DEFINE_INTER_NT(avx2, DIR, float, f32, ps, 4)                                 \
+DEFINE_INTER_NT(avx2, DIR, double, f64, pd, 2)
+
+DEFINE_INTER_ALL(fwd)
+DEFINE_INTER_ALL(back)
+
+/* [interleaved][back][f64][avx2] */
+static const pe_rope_fn rope_one_x86[2][2][2][2] = {
+    {{{rope_one_sse2_fwd_f32, rope_one_avx2_fwd_f32},
+      {rope_one_sse2_fwd_f64, rope_one_avx2_fwd_f64}},
+     {{rope_one_sse2_back_f32, rope_one_avx2_back_f32},
+      {rope_one_sse2_back_f64, rope_one_avx2_back_f64}}},
+    {{{inter_one_sse2_fwd_f32, inter_one_avx2_fwd_f32},
+      {inter_one_sse2_fwd_f64, inter_one_avx2_fwd_f64}},
+     {{inter_one_sse2_back_f32, inter_one_avx2_back_f32},
+      {inter_one_sse2_back_f64, inter_one_avx2_back_f64}}}};
+static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
+    {{{rope_nt_sse2_fwd_f32, rope_nt_avx2_fwd_f32},
+      {rope_nt_sse2_fwd_f64, rope_nt_avx2_fwd_f64}},
+     {{rope_nt_sse2_back_f32, rope_nt_avx2_back_f32},
+      {rope_nt_sse2_back_f64, rope_nt_avx2_back_f64}}},
+    {{{inter_nt_sse2_fwd_f32, inter_nt_avx2_fwd_f32},
+      {inter_nt_sse2_fwd_f64, inter_nt_avx2_fwd_f64}},
+     {{inter_nt_sse2_back_f32, inter_nt_avx2_back_f32},
+      {inter_nt_sse2_back_f64, inter_nt_avx2_back_f64}}}};
 #endif
 
 /* ------------------------------------------------------------------ */
@@ -547,39 +639,51 @@ int pe_rope_simd_level(void)
 #endif
 }
 
-void pe_rope_grid_half(const pe_rope_grid *g, int back, ptrdiff_t itemsize, int simd)
+void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd)
 {
-    static const pe_rope_fn full[2][2] = {
+    static const pe_rope_fn full[4][2] = {
         {pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
-        {pe_rope_half_back_f32, pe_rope_half_back_f64}};
+        {pe_rope_half_back_f32, pe_rope_half_back_f64},
+        {pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
+        {pe_rope_inter_back_f32, pe_rope_inter_back_f64}};
     static const pe_rope_fn dup[2][2] = {
         {pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
         {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
-    const int f64 = itemsize == 8;
+    const int f64 = itemsize == 8, inter = kind >= 2, back = kind & 1;
     const ptrdiff_t h = g->r / 2;
-    rope_grid_job job = {full[back][f64], dup[back][f64], g, itemsize, 2048, 0, 0};
+    /* half-split: table rows checked block by block for duplicated halves */
+    rope_grid_job job = {full[kind][f64], inter ? NULL : dup[back][f64], g, itemsize,
+                         2048, 0, 0};
     ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;
-    if (g->cos_inner != itemsize || g->sin_inner != itemsize || h == 0)
+    const int tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
+    if (!tables_ok)
         job.dup = NULL;   /* (the dup kernels would take the full path) */
 #if defined(PE_ROPE_X86)
     if (simd > pe_rope_simd_level())
         simd = pe_rope_simd_level();
-    if (job.dup && simd > 0 && g->x_inner == itemsize && g->y_inner == itemsize &&
-        (h * itemsize) % 16 == 0) {
+    /* vectors run within a half (half-split) or across all pairs */
+    const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
+    if (tables_ok && simd > 0 && g->x_inner == itemsize && g->y_inner == itemsize &&
+        run_bytes % 16 == 0) {
         const int in_place = g->y == g->x && g->y_b == g->x_b &&
                              g->y_h == g->x_h && g->y_s == g->x_s;
-        const int avx2 = simd >= 2 && (h * itemsize) % 32 == 0;
+        const int avx2 = simd >= 2 && run_bytes % 32 == 0;
         const int streaming =
             !in_place && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
             ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
             ALIGNED(g->y_s, 16);
+        pe_rope_fn fast;
         if (streaming) {
-            job.dup = rope_nt_x86[back][f64][simd >= 2];
+            fast = rope_nt_x86[inter][back][f64][simd >= 2];
             job.prefetch = 0;                      /* (measured: no gain) */
             table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
         } else {
-            job.dup = rope_one_x86[back][f64][avx2];
+            fast = rope_one_x86[inter][back][f64][avx2];
         }
+        if (inter)
+            job.fn = fast;
+        else
+            job.dup = fast;
     }
 #else
     (void)simd;

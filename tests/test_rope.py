@@ -658,12 +658,13 @@ def _aligned_empty(shape, dtype, offset):
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("case", ["dup", "mixed", "per_batch", "rot40", "rot36", "partial"])
 @pytest.mark.parametrize("offset", [0, 16, 4])
-def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset):
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset, interleaved):
     """The grid driver's kernels at every vector level (portable C, SSE2,
-    AVX2; capped by the CPU), in place, out of place with plain stores
-    (small) and streaming stores (>= 4 MiB, 32-, 16- or 4-byte aligned
-    out), and blocks whose tables are not duplicated: all the gufunc's
-    bits, and nothing past the output is written."""
+    AVX2; capped by the CPU), both layouts, in place, out of place with
+    plain stores (small) and streaming stores (>= 4 MiB, 32-, 16- or 4-byte
+    aligned out), and half-split blocks whose tables are not duplicated:
+    all the gufunc's bits, and nothing past the output is written."""
     if offset == 4 and dtype == np.float64:
         offset = 8
     seq = 2048 if dtype == np.float32 else 1024              # x: 8 MiB
@@ -671,14 +672,15 @@ def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset)
     batch = 2 if case == "per_batch" else 1
     x = rng.standard_normal((batch, 4, seq, 128)).astype(dtype)
     pos = np.arange(seq) if case != "per_batch" else np.stack([np.arange(seq), np.arange(seq)[::-1]])
-    cos, sin = posemb.rope_cos_sin(pos, rot, dtype=dtype)
+    cos, sin = posemb.rope_cos_sin(pos, rot, dtype=dtype, interleaved=interleaved)
     cos, sin = cos.reshape(batch, 1, seq, rot).copy(), sin.reshape(batch, 1, seq, rot).copy()
     if case == "mixed":                # a few rows (so some blocks) not duplicated
         cos[..., 700, 0] += 0.25
         sin[..., 1500 % seq, rot - 1] -= 0.25
-    uf = posemb._core.rope_half_back if backward else posemb._core.rope_half_fwd
+    kind = 2 * interleaved + backward
+    uf = [posemb._core.rope_half_fwd, posemb._core.rope_half_back,
+          posemb._core.rope_inter_fwd, posemb._core.rope_inter_back][kind]
     want = uf(x, cos, sin)
-    kind = 1 if backward else 0
     for shape in (x.shape, (batch, 1, 64, 128)):             # streaming, and small
         xs = np.ascontiguousarray(x[:, :shape[1], :shape[2]])
         w = want[:, :shape[1], :shape[2]]
