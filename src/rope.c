@@ -222,7 +222,7 @@ DEFINE_ROPE_DUP(back, double, f64)
  *          16-byte aligned; the AVX2 form peels 16 bytes to reach 32.
  *
  * Every kernel needs contiguous vectors and tables and h a multiple of the
- * 16-byte vector width (pe_rope_grid_half checks); features past 2h are
+ * 16-byte vector width (pe_rope_grid_fast checks); features past 2h are
  * copied.
  */
 #if defined(__x86_64__) && defined(__GNUC__)
