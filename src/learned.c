@@ -124,24 +124,18 @@ void pe_learned_fwd_f16(const pe_learned_loop *L)
 /*
  * The bucketed backward splits the table rows (positions) over the pool:
  * each part owns disjoint rows of gw and visits their tokens in order, so
- * the result is the same bits for any thread count.
+ * the result is the same bits for any thread count.  Parts are cut by work,
+ * not by rows: position p costs its bucket's tokens plus one (its row), so
+ * skewed positions (a short sequence in a tall table, one hot position)
+ * still keep every thread busy.
  */
 typedef struct {
-    ptrdiff_t d;
+    ptrdiff_t d, m, rowbytes;
     const void *g;
     void *gw;
-    int64_t *end, *order;
+    const int64_t *end, *order;
+    int assign;
 } learned_back_job;
-
-/* positions per part so that a part reads about PE_PARALLEL_MIN_BYTES */
-static ptrdiff_t learned_back_grain(ptrdiff_t n, ptrdiff_t d, ptrdiff_t m,
-                                    size_t itemsize)
-{
-    const double bytes = (double)n * (double)d * (double)itemsize;
-    const double per_pos = m > 0 ? bytes / (double)m : bytes;
-    const double g = per_pos > 0 ? (double)PE_PARALLEL_MIN_BYTES / per_pos : 1.0;
-    return g < 1.0 ? 1 : g > (double)m ? m : (ptrdiff_t)g;
-}
 
 /* Bucket positions when the table is not much larger than the batch. */
 ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
@@ -178,54 +172,121 @@ static void learned_buckets(ptrdiff_t n, const int64_t *pos, ptrdiff_t m,
 }
 
 /*
+ * Positions [0, p) hold lo(p) + p units of work (their tokens and rows).
+ * Returned: the first position whose work starts at or after c (m if none),
+ * so work ranges [b, e) map to disjoint position ranges.
+ */
+static ptrdiff_t learned_back_first(const int64_t *end, ptrdiff_t m,
+                                    ptrdiff_t c)
+{
+    ptrdiff_t lo = 0, hi = m;
+    while (lo < hi) {
+        const ptrdiff_t mid = lo + (hi - lo) / 2;
+        if ((mid ? end[mid - 1] : 0) + mid >= c)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* units of work (rows) per part so that a part moves PE_PARALLEL_MIN_BYTES */
+static ptrdiff_t learned_back_grain(ptrdiff_t rowbytes)
+{
+    return rowbytes > 0 ? PE_PARALLEL_MIN_BYTES / rowbytes + 1
+                        : PE_PARALLEL_MIN_BYTES;
+}
+
+/* rows [begin, end) of the table set to +0 (all bits zero) */
+static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const learned_back_job *j = (const learned_back_job *)ctx;
+    memset((char *)j->gw + begin * j->rowbytes, 0,
+           (size_t)((end - begin) * j->rowbytes));
+}
+
+/*
  * Given n contiguous rows g[t] of d features, their positions, the table
- * height m, and work (pe_learned_back_work(n, m) int64 values, or NULL).
- * Returned: gw (m, d) with gw[pos[t], j] += g[t, j], in token order.
+ * height m, work (pe_learned_back_work(n, m) int64 values, or NULL) and
+ * assign.  Returned: gw (m, d) with gw[pos[t], j] += g[t, j], in token
+ * order, starting from gw's contents, or from +0 when assign is set (gw's
+ * contents are then never read).
  *
  * Every element of gw receives its addends in token order whichever way
  * the loop runs, so both ways give the bits of a serial loop over tokens.
  * With work, tokens are visited grouped by position: each table row is
- * read and written once while its addends stream through it from L1,
- * instead of once per token.  Without work (a table much larger than the
- * batch), tokens are visited in order.
+ * written once while its addends stream through it from L1, instead of
+ * once per token; with assign, a row's first addend is stored as 0 + g
+ * (the bits of adding it to a zeroed table: -0 becomes +0) and a row with
+ * no token is zeroed there, so the table needs no separate zeroing pass.
+ * Without work (a table much larger than the batch), tokens are visited in
+ * order, after zeroing the table on the pool when assign is set.
  */
 #define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
 PE_SIMD_CLONES                                                               \
-static void learned_back_rows_##SUF(ptrdiff_t d, const TG *restrict src,      \
-                                    TW *restrict dst)                         \
+static void learned_back_add_##SUF(ptrdiff_t d, const TG *restrict src,       \
+                                   TW *restrict dst)                          \
 {                                                                             \
     for (ptrdiff_t j = 0; j < d; j++)                                         \
         dst[j] += CVT(src[j]);                                                \
 }                                                                             \
-/* positions [begin, end) of the bucketed job: disjoint table rows */         \
+PE_SIMD_CLONES                                                               \
+static void learned_back_set_##SUF(ptrdiff_t d, const TG *restrict src,       \
+                                   TW *restrict dst)                          \
+{                                                                             \
+    for (ptrdiff_t j = 0; j < d; j++)                                         \
+        dst[j] = (TW)0 + CVT(src[j]);                                         \
+}                                                                             \
+/* work units [begin, end) of the bucketed job: disjoint table rows */        \
 static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
 {                                                                             \
     const learned_back_job *j = (const learned_back_job *)ctx;                \
     const TG *g = (const TG *)j->g;                                           \
     TW *gw = (TW *)j->gw;                                                     \
-    for (ptrdiff_t p = begin; p < end; p++)                                   \
-        for (int64_t k = p ? j->end[p - 1] : 0; k < j->end[p]; k++)           \
-            learned_back_rows_##SUF(j->d, g + j->order[k] * j->d,             \
-                                    gw + p * j->d);                           \
+    const ptrdiff_t p1 = learned_back_first(j->end, j->m, end);               \
+    for (ptrdiff_t p = learned_back_first(j->end, j->m, begin); p < p1; p++) {\
+        int64_t k = p ? j->end[p - 1] : 0;                                    \
+        TW *row = gw + p * j->d;                                              \
+        if (j->assign) {                                                      \
+            if (k == j->end[p]) {                                             \
+                memset(row, 0, (size_t)j->rowbytes);                          \
+                continue;                                                     \
+            }                                                                 \
+            learned_back_set_##SUF(j->d, g + j->order[k] * j->d, row);        \
+            k++;                                                              \
+        }                                                                     \
+        for (; k < j->end[p]; k++)                                            \
+            learned_back_add_##SUF(j->d, g + j->order[k] * j->d, row);        \
+    }                                                                         \
 }                                                                             \
 void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
                            const int64_t *pos, ptrdiff_t m, TW *gw,           \
-                           int64_t *work)                                     \
+                           int64_t *work, int assign)                         \
 {                                                                             \
+    learned_back_job j;                                                       \
+    j.d = d;                                                                  \
+    j.m = m;                                                                  \
+    j.rowbytes = d * (ptrdiff_t)sizeof(TW);                                   \
+    j.g = g;                                                                  \
+    j.gw = gw;                                                                \
+    j.assign = assign;                                                        \
     if (work != NULL && pe_learned_back_work(n, m) > 0) {                     \
-        learned_back_job j;                                                   \
-        learned_buckets(n, pos, m, work, &j.end, &j.order);                   \
-        j.d = d;                                                              \
-        j.g = g;                                                              \
-        j.gw = gw;                                                            \
-        pe_parallel_for(m, learned_back_grain(n, d, m, sizeof(TG)),           \
+        int64_t *e, *o;                                                       \
+        learned_buckets(n, pos, m, work, &e, &o);                             \
+        j.end = e;                                                            \
+        j.order = o;                                                          \
+        pe_parallel_for((m ? (ptrdiff_t)e[m - 1] : 0) + m,                    \
+                        learned_back_grain(d * (ptrdiff_t)sizeof(TG)),        \
                         learned_back_task_##SUF, &j);                         \
         return;                                                               \
     }                                                                         \
+    if (assign)                                                               \
+        pe_parallel_for(m, learned_back_grain(j.rowbytes),                    \
+                        learned_back_zero_task, &j);                          \
     for (ptrdiff_t t = 0; t < n; t++) {                                       \
         const int64_t p = pos[t];                                             \
         if (p >= 0 && p < m)                                                  \
-            learned_back_rows_##SUF(d, g + t * d, gw + p * d);                \
+            learned_back_add_##SUF(d, g + t * d, gw + p * d);                 \
     }                                                                         \
 }
 

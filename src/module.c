@@ -973,12 +973,13 @@ static const char learned_fwd_types[12] = {
 static void *learned_fwd_data[3];
 
 /*
- * _learned_back(grad_out, positions, grad_weight)
+ * _learned_back(grad_out, positions, grad_weight, assign=False)
  * grad_out: float16/32/64 (n, d); positions: int64 (n,), each in [0, m);
  * grad_weight: (m, d) of grad_out's dtype (float32 for float16), writeable,
  * sharing no memory with the inputs.  All C-contiguous.  Adds every
- * grad_out row into its position's grad_weight row, in token order.
- * Every argument is checked before anything is written.
+ * grad_out row into its position's grad_weight row, in token order; with
+ * assign, grad_weight's contents are ignored (the sums start from zero, so
+ * np.empty will do).  Every argument is checked before anything is written.
  */
 static PyObject *
 py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
@@ -989,8 +990,10 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
     npy_intp n, d, m, t, nwork;
     const npy_int64 *p;
     int64_t *work = NULL;
+    int assign = 0;
 
-    if (!PyArg_ParseTuple(args, "OOO:_learned_back", &g_o, &pos_o, &gw_o))
+    if (!PyArg_ParseTuple(args, "OOO|p:_learned_back", &g_o, &pos_o, &gw_o,
+                          &assign))
         return NULL;
     if (!PyArray_Check(g_o)) {
         PyErr_SetString(PyExc_TypeError, "grad_out must be a numpy.ndarray");
@@ -1053,13 +1056,13 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     if (typenum == NPY_HALF)
         pe_learned_back_f16(n, d, (const uint16_t *)PyArray_DATA(g), p, m,
-                            (float *)PyArray_DATA(gw), work);
+                            (float *)PyArray_DATA(gw), work, assign);
     else if (typenum == NPY_FLOAT)
         pe_learned_back_f32(n, d, (const float *)PyArray_DATA(g), p, m,
-                            (float *)PyArray_DATA(gw), work);
+                            (float *)PyArray_DATA(gw), work, assign);
     else
         pe_learned_back_f64(n, d, (const double *)PyArray_DATA(g), p, m,
-                            (double *)PyArray_DATA(gw), work);
+                            (double *)PyArray_DATA(gw), work, assign);
     Py_END_ALLOW_THREADS
     PyMem_RawFree(work);
     Py_RETURN_NONE;
@@ -1067,9 +1070,10 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef learned_methods[] = {
     {"_learned_back", py_learned_back, METH_VARARGS,
-     "_learned_back(grad_out, positions, grad_weight)\n\n"
+     "_learned_back(grad_out, positions, grad_weight, assign=False)\n\n"
      "grad_weight[positions[t]] += grad_out[t] in token order "
-     "(see posemb.learned_pe_backward)."},
+     "(see posemb.learned_pe_backward); assign: start from zero instead of "
+     "grad_weight's contents."},
     {NULL, NULL, 0, NULL}};
 
 /*
