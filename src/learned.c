@@ -116,6 +116,51 @@ void pe_learned_fwd_f16(const pe_learned_loop *L)
     }
 }
 
+/*
+ * Streaming-store forms for large out-of-place outputs: a plain store first
+ * reads the destination line (read-for-ownership), so y = x + w[p] would
+ * move four streams where a copy moves two; non-temporal stores skip that
+ * read.  SSE2 (baseline on x86-64), the same x + w per value as the C loop,
+ * so the same bits.  Each 64-byte line of y is filled by consecutive
+ * stores (rows in order, each row front to back; rows of a dense y share
+ * their boundary lines with the next row, written next).  Anything else -
+ * in place, strided, a y that is not 16-byte aligned, rows not a multiple
+ * of 16 bytes - takes the plain kernel.
+ */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+#define DEFINE_LEARNED_FWDNT(T, SUF, V, W, PS)                                \
+void pe_learned_fwdnt_##SUF(const pe_learned_loop *L)                         \
+{                                                                             \
+    const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
+    if (L->x_inner != z || L->w_inner != z || L->y_inner != z ||              \
+        L->x == L->y || (L->d * z) % 16 != 0 || L->y_step % 16 != 0 ||        \
+        ((uintptr_t)L->y & 15u) != 0) {                                       \
+        pe_learned_fwd_##SUF(L);                                              \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        LEARNED_FWD_ROW(T, SUF)                                               \
+        {                                                                     \
+            const T *xr = (const T *)(const void *)x;                         \
+            const T *wr = (const T *)(const void *)w;                         \
+            T *yr = (T *)(void *)y;                                           \
+            for (ptrdiff_t j = 0; j < L->d; j += W)                           \
+                _mm_stream_##PS(yr + j, _mm_add_##PS(_mm_loadu_##PS(xr + j),  \
+                                                     _mm_loadu_##PS(wr + j)));\
+        }                                                                     \
+    }                                                                         \
+    _mm_sfence();   /* order the streaming stores before the job completes */ \
+}
+
+DEFINE_LEARNED_FWDNT(float, f32, __m128, 4, ps)
+DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
+#else
+void pe_learned_fwdnt_f32(const pe_learned_loop *L) { pe_learned_fwd_f32(L); }
+void pe_learned_fwdnt_f64(const pe_learned_loop *L) { pe_learned_fwd_f64(L); }
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Backward: gw[pos[t]] += g[t]                                         */
 /* ------------------------------------------------------------------ */

@@ -935,6 +935,7 @@ register_sinusoidal(PyObject *m)
 typedef struct {
     void (*fn)(const pe_learned_loop *);
     npy_intp itemsize;
+    void (*nt)(const pe_learned_loop *);    /* streaming stores, or NULL */
 } learned_kernel;
 
 /* signature (d),(),(m,d)->(d); dims = {n, d, m}; 4 outer + 4 core steps */
@@ -958,12 +959,18 @@ learned_fwd_loop(char **args, npy_intp const *dims, npy_intp const *steps,
     L.w_row = steps[5];
     L.w_inner = steps[6];
     L.y_inner = steps[7];
-    pe_learned_fwd_parallel(((const learned_kernel *)data)->fn, &L,
-                            ((const learned_kernel *)data)->itemsize);
+    {
+        const learned_kernel *k = (const learned_kernel *)data;
+        /* a large out-of-place output: skip the read-for-ownership */
+        const int stream = k->nt != NULL && L.y != L.x &&
+                           L.n * L.d * k->itemsize >= PE_STREAM_MIN_BYTES;
+        pe_learned_fwd_parallel(stream ? k->nt : k->fn, &L, k->itemsize);
+    }
 }
 
 static const learned_kernel learned_fwd_k[3] = {
-    {pe_learned_fwd_f16, 2}, {pe_learned_fwd_f32, 4}, {pe_learned_fwd_f64, 8}};
+    {pe_learned_fwd_f16, 2, NULL}, {pe_learned_fwd_f32, 4, pe_learned_fwdnt_f32},
+    {pe_learned_fwd_f64, 8, pe_learned_fwdnt_f64}};
 static PyUFuncGenericFunction learned_fwd_funcs[3] = {
     learned_fwd_loop, learned_fwd_loop, learned_fwd_loop};
 static const char learned_fwd_types[12] = {

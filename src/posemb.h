@@ -320,6 +320,10 @@ typedef struct pe_learned_loop {
 void pe_learned_fwd_f16(const pe_learned_loop *a);
 void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
+/* the same with streaming (non-temporal) stores, for large out-of-place y
+ * (PE_STREAM_MIN_BYTES); any other operands take the plain kernel */
+void pe_learned_fwdnt_f32(const pe_learned_loop *a);
+void pe_learned_fwdnt_f64(const pe_learned_loop *a);
 /* run a forward kernel over the pool, vectors split across threads */
 void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
                              const pe_learned_loop *L, ptrdiff_t itemsize);

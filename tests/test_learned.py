@@ -264,6 +264,65 @@ def test_out_and_in_place(rng):
     np.testing.assert_array_equal(x, expect)
 
 
+def _offset_view(shape, dtype, offset_items):
+    """An array of ``shape`` whose data starts offset_items into a fresh buffer."""
+    n = int(np.prod(shape))
+    return np.empty(n + offset_items, dtype)[offset_items:].reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_forward_large_outputs_every_store_path(rng, dtype, threads):
+    """Outputs of 4 MB and more take streaming stores when y is a separate, 16-byte
+    aligned array with rows of whole 16-byte vectors, and the plain kernel
+    otherwise (unaligned, odd widths, strided, gapped rows, in place): every way
+    gives NumPy's x + w[pos] bit for bit (and a float64 sum rounded once)."""
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        m = 300
+        z = np.dtype(dtype).itemsize
+        d = 1024 if dtype == np.float32 else 512                 # 4 KB rows
+        b, s = 4, (4 << 20) // (4 * d * z) + 3                   # just over 4 MB
+        x = rng.standard_normal((b, s, d)).astype(dtype)
+        w = rng.standard_normal((m, d)).astype(dtype)
+        pos = rng.integers(0, m, (b, s))
+        expect = x + w[pos]
+        np.testing.assert_array_equal(
+            expect, (x.astype(np.float64) + w[pos].astype(np.float64)).astype(dtype))
+        outs = {
+            "aligned": np.empty_like(x),
+            "unaligned": _offset_view(x.shape, dtype, 1),        # itemsize-aligned only
+            "8-byte": _offset_view(x.shape, dtype, 8 // z),      # 16-byte misaligned for f32
+            "gapped rows": np.empty((b, s, d + 16), dtype)[:, :, :d],
+            "reversed rows": np.empty_like(x)[:, ::-1],
+            "strided": np.empty((b, s, 2 * d), dtype)[:, :, ::2],
+        }
+        for name, out in outs.items():
+            out[...] = np.nan
+            assert posemb.learned_pe_forward(x, w, pos, out=out) is out, name
+            np.testing.assert_array_equal(out, expect, err_msg=name)
+        y = posemb.learned_pe_forward(x, w, pos)                # fresh output
+        np.testing.assert_array_equal(y, expect)
+        # an odd width (rows not whole 16-byte vectors) and in place
+        xo = rng.standard_normal((b, s, d + 1)).astype(dtype)
+        wo = rng.standard_normal((m, d + 1)).astype(dtype)
+        np.testing.assert_array_equal(posemb.learned_pe_forward(xo, wo, pos), xo + wo[pos])
+        xi = x.copy()
+        assert posemb.learned_pe_forward(xi, w, pos, out=xi) is xi
+        np.testing.assert_array_equal(xi, expect)
+        # the gufunc called directly: a bad position is a NaN row on every path
+        bad = pos.copy()
+        bad[1, 2], bad[3, -1] = m, -1
+        yb = _core.learned_pe_fwd(x, bad, w)
+        assert np.isnan(yb[1, 2]).all() and np.isnan(yb[3, -1]).all()
+        ok = np.ones(bad.shape, bool)
+        ok[1, 2] = ok[3, -1] = False
+        np.testing.assert_array_equal(yb[ok], expect[ok])
+    finally:
+        posemb.set_num_threads(old)
+
+
 def test_zero_and_odd_sizes(rng):
     w = rng.standard_normal((5, 0))
     assert posemb.learned_pe_forward(np.zeros((2, 3, 0)), w).shape == (2, 3, 0)
