@@ -28,6 +28,23 @@
 #define LOAD_f64(p) (*(const double *)(const void *)(p))
 #define STORE_f64(p, v) (*(double *)(void *)(p) = (v))
 
+/*
+ * Rows read in an order the hardware prefetcher cannot guess (table rows
+ * picked by position, the backward's bucketed tokens) start cold, so the
+ * kernels fetch the next such row a little ahead of use.
+ */
+#if defined(__GNUC__) || defined(__clang__)
+#define LEARNED_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define LEARNED_PREFETCH(p) ((void)(p))
+#endif
+
+PE_INLINE void learned_prefetch(const void *p, ptrdiff_t nbytes)
+{
+    for (ptrdiff_t i = 0; i < nbytes; i += 64)
+        LEARNED_PREFETCH((const char *)p + i);
+}
+
 /* ------------------------------------------------------------------ */
 /* Forward: y = x + W[pos], gufunc (d),(),(m,d)->(d)                    */
 /* ------------------------------------------------------------------ */
@@ -123,14 +140,32 @@ void pe_learned_fwd_f16(const pe_learned_loop *L)
  * read.  SSE2 (baseline on x86-64), the same x + w per value as the C loop,
  * so the same bits.  Each 64-byte line of y is filled by consecutive
  * stores (rows in order, each row front to back; rows of a dense y share
- * their boundary lines with the next row, written next).  Anything else -
- * in place, strided, a y that is not 16-byte aligned, rows not a multiple
- * of 16 bytes - takes the plain kernel.
+ * their boundary lines with the next row, written next).  While a row
+ * streams, the next vector's table row (random with random positions) is
+ * prefetched line by line.  Anything else - in place, strided, a y that is
+ * not 16-byte aligned, rows not a multiple of 16 bytes - takes the plain
+ * kernel.
  */
 #if defined(__SSE2__)
 #include <emmintrin.h>
 
 #define DEFINE_LEARNED_FWDNT(T, SUF, V, W, PS)                                \
+static void learned_fwd_row_nt_##SUF(ptrdiff_t d, const T *x, const T *w,     \
+                                     T *y, const char *next)                  \
+{                                                                             \
+    const ptrdiff_t line = 64 / (ptrdiff_t)sizeof(T);                         \
+    ptrdiff_t j = 0;                                                          \
+    if (next != NULL)           /* the next table row, a line at a time */    \
+        for (; j + line <= d; j += line) {                                    \
+            LEARNED_PREFETCH(next + j * (ptrdiff_t)sizeof(T));                \
+            for (ptrdiff_t i = j; i < j + line; i += W)                       \
+                _mm_stream_##PS(y + i, _mm_add_##PS(_mm_loadu_##PS(x + i),    \
+                                                    _mm_loadu_##PS(w + i)));  \
+        }                                                                     \
+    for (; j < d; j += W)                                                     \
+        _mm_stream_##PS(y + j, _mm_add_##PS(_mm_loadu_##PS(x + j),            \
+                                            _mm_loadu_##PS(w + j)));          \
+}                                                                             \
 void pe_learned_fwdnt_##SUF(const pe_learned_loop *L)                         \
 {                                                                             \
     const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
@@ -141,15 +176,17 @@ void pe_learned_fwdnt_##SUF(const pe_learned_loop *L)                         \
         return;                                                               \
     }                                                                         \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        const char *next = NULL;                                              \
         LEARNED_FWD_ROW(T, SUF)                                               \
-        {                                                                     \
-            const T *xr = (const T *)(const void *)x;                         \
-            const T *wr = (const T *)(const void *)w;                         \
-            T *yr = (T *)(void *)y;                                           \
-            for (ptrdiff_t j = 0; j < L->d; j += W)                           \
-                _mm_stream_##PS(yr + j, _mm_add_##PS(_mm_loadu_##PS(xr + j),  \
-                                                     _mm_loadu_##PS(wr + j)));\
+        if (k + 1 < L->n) {     /* the next vector's table row, if valid */   \
+            const int64_t q = *(const int64_t *)(const void *)(               \
+                L->pos + (k + 1) * L->pos_step);                              \
+            if (q >= 0 && q < L->m)                                           \
+                next = L->w + (k + 1) * L->w_step + (ptrdiff_t)q * L->w_row;  \
         }                                                                     \
+        learned_fwd_row_nt_##SUF(L->d, (const T *)(const void *)x,            \
+                                 (const T *)(const void *)w, (T *)(void *)y,  \
+                                 next);                                       \
     }                                                                         \
     _mm_sfence();   /* order the streaming stores before the job completes */ \
 }
@@ -183,25 +220,10 @@ typedef struct {
     int assign;
 } learned_back_job;
 
-/*
- * The tokens of a bucket sit at random places in g, so the hardware
- * prefetcher meets every row cold.  The row adds fetch the next token's
- * row one chunk ahead of use (about 8% faster for 4 KB rows, L3-resident).
- */
+/* the row adds fetch the next token's row this far ahead of use (about 8%
+ * faster for 4 KB rows of an L3-resident g) */
 #define LEARNED_PREFETCH_BYTES 1024
-#if defined(__GNUC__) || defined(__clang__)
-PE_INLINE void learned_prefetch(const void *p, ptrdiff_t nbytes)
-{
-    for (ptrdiff_t i = 0; i < nbytes; i += 64)
-        __builtin_prefetch((const char *)p + i);
-}
-#else
-PE_INLINE void learned_prefetch(const void *p, ptrdiff_t nbytes)
-{
-    (void)p;
-    (void)nbytes;
-}
-#endif
+
 
 /* Bucket positions when the table is not much larger than the batch. */
 ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
