@@ -224,7 +224,6 @@ typedef struct {
  * faster for 4 KB rows of an L3-resident g) */
 #define LEARNED_PREFETCH_BYTES 1024
 
-
 /* Bucket positions when the table is not much larger than the batch. */
 ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
 {
