@@ -68,6 +68,10 @@ for dt in (np.float16, np.float32, np.float64):
                                rng.integers(0, 10, 300), num_positions=10)
 pe = posemb.LearnedPE(10, 8, seed=0)
 pe.backward(pe(np.ones((2, 4, 8), np.float32), offset=3), offset=3)
+# an output past PE_STREAM_MIN_BYTES (streaming stores, table-row prefetch)
+xl = rng.standard_normal((2, 520, 1024)).astype(np.float32)
+posemb.learned_pe_forward(xl, rng.standard_normal((600, 1024)).astype(np.float32),
+                          rng.integers(0, 600, (2, 520)), out=np.empty_like(xl))
 
 # relative
 posemb.t5_relative_position_bucket(np.array([-2**63, -64, -1, 0, 1, 15, 16, 2**63 - 1]))

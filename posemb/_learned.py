@@ -145,8 +145,9 @@ def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: 
     flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
     g = _checks.c_array(grad_out).reshape(n, d)
     half = grad_out.dtype == np.float16
-    grad_weight = np.zeros((num_positions, d), np.float32 if half else grad_out.dtype)
-    _core._learned_back(g, flat_pos, grad_weight)
+    # no zeroing pass: the kernel starts each row from zero itself (assign)
+    grad_weight = np.empty((num_positions, d), np.float32 if half else grad_out.dtype)
+    _core._learned_back(g, flat_pos, grad_weight, True)
     return grad_weight.astype(np.float16) if half else grad_weight
 
 

@@ -927,6 +927,7 @@ register_sinusoidal(PyObject *m)
 typedef struct {
     void (*fn)(const pe_learned_loop *);
     npy_intp itemsize;
+    void (*nt)(const pe_learned_loop *);    /* streaming stores, or NULL */
 } learned_kernel;
 
 /* signature (d),(),(m,d)->(d); dims = {n, d, m}; 4 outer + 4 core steps */
@@ -950,12 +951,18 @@ learned_fwd_loop(char **args, npy_intp const *dims, npy_intp const *steps,
     L.w_row = steps[5];
     L.w_inner = steps[6];
     L.y_inner = steps[7];
-    pe_learned_fwd_parallel(((const learned_kernel *)data)->fn, &L,
-                            ((const learned_kernel *)data)->itemsize);
+    {
+        const learned_kernel *k = (const learned_kernel *)data;
+        /* a large out-of-place output: skip the read-for-ownership */
+        const int stream = k->nt != NULL && L.y != L.x &&
+                           L.n * L.d * k->itemsize >= PE_STREAM_MIN_BYTES;
+        pe_learned_fwd_parallel(stream ? k->nt : k->fn, &L, k->itemsize);
+    }
 }
 
 static const learned_kernel learned_fwd_k[3] = {
-    {pe_learned_fwd_f16, 2}, {pe_learned_fwd_f32, 4}, {pe_learned_fwd_f64, 8}};
+    {pe_learned_fwd_f16, 2, NULL}, {pe_learned_fwd_f32, 4, pe_learned_fwdnt_f32},
+    {pe_learned_fwd_f64, 8, pe_learned_fwdnt_f64}};
 static PyUFuncGenericFunction learned_fwd_funcs[3] = {
     learned_fwd_loop, learned_fwd_loop, learned_fwd_loop};
 static const char learned_fwd_types[12] = {
@@ -965,12 +972,13 @@ static const char learned_fwd_types[12] = {
 static void *learned_fwd_data[3];
 
 /*
- * _learned_back(grad_out, positions, grad_weight)
+ * _learned_back(grad_out, positions, grad_weight, assign=False)
  * grad_out: float16/32/64 (n, d); positions: int64 (n,), each in [0, m);
  * grad_weight: (m, d) of grad_out's dtype (float32 for float16), writeable,
  * sharing no memory with the inputs.  All C-contiguous.  Adds every
- * grad_out row into its position's grad_weight row, in token order.
- * Every argument is checked before anything is written.
+ * grad_out row into its position's grad_weight row, in token order; with
+ * assign, grad_weight's contents are ignored (the sums start from zero, so
+ * np.empty will do).  Every argument is checked before anything is written.
  */
 static PyObject *
 py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
@@ -981,8 +989,10 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
     npy_intp n, d, m, t, nwork;
     const npy_int64 *p;
     int64_t *work = NULL;
+    int assign = 0;
 
-    if (!PyArg_ParseTuple(args, "OOO:_learned_back", &g_o, &pos_o, &gw_o))
+    if (!PyArg_ParseTuple(args, "OOO|p:_learned_back", &g_o, &pos_o, &gw_o,
+                          &assign))
         return NULL;
     if (!PyArray_Check(g_o)) {
         PyErr_SetString(PyExc_TypeError, "grad_out must be a numpy.ndarray");
@@ -1045,13 +1055,13 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     if (typenum == NPY_HALF)
         pe_learned_back_f16(n, d, (const uint16_t *)PyArray_DATA(g), p, m,
-                            (float *)PyArray_DATA(gw), work);
+                            (float *)PyArray_DATA(gw), work, assign);
     else if (typenum == NPY_FLOAT)
         pe_learned_back_f32(n, d, (const float *)PyArray_DATA(g), p, m,
-                            (float *)PyArray_DATA(gw), work);
+                            (float *)PyArray_DATA(gw), work, assign);
     else
         pe_learned_back_f64(n, d, (const double *)PyArray_DATA(g), p, m,
-                            (double *)PyArray_DATA(gw), work);
+                            (double *)PyArray_DATA(gw), work, assign);
     Py_END_ALLOW_THREADS
     PyMem_RawFree(work);
     Py_RETURN_NONE;
@@ -1059,9 +1069,10 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef learned_methods[] = {
     {"_learned_back", py_learned_back, METH_VARARGS,
-     "_learned_back(grad_out, positions, grad_weight)\n\n"
+     "_learned_back(grad_out, positions, grad_weight, assign=False)\n\n"
      "grad_weight[positions[t]] += grad_out[t] in token order "
-     "(see posemb.learned_pe_backward)."},
+     "(see posemb.learned_pe_backward); assign: start from zero instead of "
+     "grad_weight's contents."},
     {NULL, NULL, 0, NULL}};
 
 /*

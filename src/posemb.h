@@ -326,6 +326,10 @@ typedef struct pe_learned_loop {
 void pe_learned_fwd_f16(const pe_learned_loop *a);
 void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
+/* the same with streaming (non-temporal) stores, for large out-of-place y
+ * (PE_STREAM_MIN_BYTES); any other operands take the plain kernel */
+void pe_learned_fwdnt_f32(const pe_learned_loop *a);
+void pe_learned_fwdnt_f64(const pe_learned_loop *a);
 /* run a forward kernel over the pool, vectors split across threads */
 void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
                              const pe_learned_loop *L, ptrdiff_t itemsize);
@@ -336,22 +340,24 @@ void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
  * addends in token order t = 0, 1, ..., n-1 (the bits of a serial loop,
  * and of PyTorch's Embedding backward / index_add_ on the CPU):
  *   gw[pos[t], j] += g[t, j]
- * work is scratch of pe_learned_back_work(n, m) int64 values (0 means
- * none is used), or NULL.  f16 gradients accumulate into a float32 table
- * (round once afterwards).  Rows with pos[t] outside [0, m) are skipped
- * (the binding rejects them before calling).  gw must not overlap g, pos
- * or work.
+ * starting from gw's contents, or, when assign is set, from a zeroed table
+ * (the bits of torch.zeros(m, d).index_add_; gw's contents are never read,
+ * so it may be uninitialised).  work is scratch of pe_learned_back_work(n,
+ * m) int64 values (0 means none is used), or NULL.  f16 gradients
+ * accumulate into a float32 table (round once afterwards).  Rows with
+ * pos[t] outside [0, m) are skipped (the binding rejects them before
+ * calling).  gw must not overlap g, pos or work.
  */
 ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m);
 void pe_learned_back_f16(ptrdiff_t n, ptrdiff_t d, const uint16_t *g,
                          const int64_t *pos, ptrdiff_t m, float *gw,
-                         int64_t *work);
+                         int64_t *work, int assign);
 void pe_learned_back_f32(ptrdiff_t n, ptrdiff_t d, const float *g,
                          const int64_t *pos, ptrdiff_t m, float *gw,
-                         int64_t *work);
+                         int64_t *work, int assign);
 void pe_learned_back_f64(ptrdiff_t n, ptrdiff_t d, const double *g,
                          const int64_t *pos, ptrdiff_t m, double *gw,
-                         int64_t *work);
+                         int64_t *work, int assign);
 
 /* ------------------------------------------------------------------ */
 /* Relative position bias: T5 buckets, Shaw tables (relative.c)        */

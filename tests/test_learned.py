@@ -98,6 +98,71 @@ def test_backward_table_much_larger_than_batch(rng):
     np.testing.assert_array_equal(gw, expect)
 
 
+def _scatter_reference(g, pos, m, dtype):
+    """zeros + np.add.at (unbuffered, in index order: the bits of a serial loop)."""
+    gw = np.zeros((m, g.shape[1]), dtype)
+    np.add.at(gw, pos, g.astype(dtype))
+    return gw
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n, m", [(200, 16), (200, 400), (5, 1000), (0, 3), (7, 0)])
+def test_backward_assign_ignores_prior_contents(rng, dtype, n, m):
+    """assign=True starts every row from zero: a NaN-filled table gives the same bits
+    as a zeroed one, in the bucketed (m <= 2n) and the token-order (tall table) paths."""
+    d = 9
+    acc = np.float64 if dtype == np.float64 else np.float32
+    g = rng.standard_normal((n, d)).astype(dtype)
+    pos = rng.integers(0, max(m, 1), n) if m else np.zeros(n, np.int64)
+    if m == 0:
+        g, pos = g[:0], pos[:0]
+    expect = _scatter_reference(g, pos, m, acc)
+    gw = np.full((m, d), np.nan, acc)
+    _core._learned_back(g, pos, gw, True)
+    np.testing.assert_array_equal(gw, expect)
+    # without assign the same call accumulates onto the contents
+    gw = np.ones((m, d), acc)
+    _core._learned_back(g, pos, gw)
+    np.testing.assert_array_equal(gw, _scatter_reference(np.concatenate(
+        [np.ones((m, d), acc), g.astype(acc)]), np.concatenate(
+        [np.arange(m), pos]).astype(np.int64), m, acc))
+
+
+def test_backward_negative_zero_and_specials_as_torch():
+    """A row's first addend lands as 0 + g: -0 becomes +0, NaN/inf pass, as
+    torch.zeros().index_add_ (and unlike a plain copy of the first row)."""
+    g = np.array([[-0.0, np.inf, -np.inf, np.nan, 1.0, -0.0],
+                  [-0.0, 1.0, 2.0, 3.0, -1.0, 0.0],
+                  [-0.0, -0.0, -0.0, -0.0, -0.0, -0.0]], np.float32)
+    pos = np.array([0, 0, 2])
+    gw = posemb.learned_pe_backward(g, pos, num_positions=3)
+    ref = torch.zeros(3, 6).index_add_(0, torch.from_numpy(pos), torch.from_numpy(g)).numpy()
+    np.testing.assert_array_equal(gw, ref)
+    assert gw.tobytes() == ref.tobytes()                # signs of zeros too
+    assert not np.signbit(gw[2]).any() and not np.signbit(gw[1]).any()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_backward_skewed_positions_any_thread_count(rng, threads):
+    """Parts are cut by tokens + rows: hot positions, empty stretches and a tail of
+    unused rows give the same bits for any thread count."""
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        d, m = 64, 3000
+        for pos in [rng.integers(0, 10, 4000),                          # 10 hot rows
+                    np.concatenate([np.full(3000, 2999), rng.integers(0, m, 1000)]),
+                    np.sort(rng.integers(0, m, 4000)),
+                    np.full(4000, 0)]:
+            g = rng.standard_normal((pos.size, d), dtype=np.float32)
+            gw = posemb.learned_pe_backward(g, pos, num_positions=m)
+            np.testing.assert_array_equal(gw, _scatter_reference(g, pos, m, np.float32))
+            ref = torch.zeros(m, d).index_add_(0, torch.from_numpy(pos), torch.from_numpy(g))
+            np.testing.assert_array_equal(gw, ref.numpy())
+    finally:
+        posemb.set_num_threads(old)
+
+
 def test_seed_module_default_positions(rng):
     """Seed 003's LearnedPositionalEncoding: positions arange(seq) for each batch row."""
     torch.manual_seed(0)
@@ -197,6 +262,65 @@ def test_out_and_in_place(rng):
     np.testing.assert_array_equal(out, expect)
     assert posemb.learned_pe_forward(x, w, out=x) is x
     np.testing.assert_array_equal(x, expect)
+
+
+def _offset_view(shape, dtype, offset_items):
+    """An array of ``shape`` whose data starts offset_items into a fresh buffer."""
+    n = int(np.prod(shape))
+    return np.empty(n + offset_items, dtype)[offset_items:].reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_forward_large_outputs_every_store_path(rng, dtype, threads):
+    """Outputs of 4 MB and more take streaming stores when y is a separate, 16-byte
+    aligned array with rows of whole 16-byte vectors, and the plain kernel
+    otherwise (unaligned, odd widths, strided, gapped rows, in place): every way
+    gives NumPy's x + w[pos] bit for bit (and a float64 sum rounded once)."""
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        m = 300
+        z = np.dtype(dtype).itemsize
+        d = 1024 if dtype == np.float32 else 512                 # 4 KB rows
+        b, s = 4, (4 << 20) // (4 * d * z) + 3                   # just over 4 MB
+        x = rng.standard_normal((b, s, d)).astype(dtype)
+        w = rng.standard_normal((m, d)).astype(dtype)
+        pos = rng.integers(0, m, (b, s))
+        expect = x + w[pos]
+        np.testing.assert_array_equal(
+            expect, (x.astype(np.float64) + w[pos].astype(np.float64)).astype(dtype))
+        outs = {
+            "aligned": np.empty_like(x),
+            "unaligned": _offset_view(x.shape, dtype, 1),        # itemsize-aligned only
+            "8-byte": _offset_view(x.shape, dtype, 8 // z),      # 16-byte misaligned for f32
+            "gapped rows": np.empty((b, s, d + 16), dtype)[:, :, :d],
+            "reversed rows": np.empty_like(x)[:, ::-1],
+            "strided": np.empty((b, s, 2 * d), dtype)[:, :, ::2],
+        }
+        for name, out in outs.items():
+            out[...] = np.nan
+            assert posemb.learned_pe_forward(x, w, pos, out=out) is out, name
+            np.testing.assert_array_equal(out, expect, err_msg=name)
+        y = posemb.learned_pe_forward(x, w, pos)                # fresh output
+        np.testing.assert_array_equal(y, expect)
+        # an odd width (rows not whole 16-byte vectors) and in place
+        xo = rng.standard_normal((b, s, d + 1)).astype(dtype)
+        wo = rng.standard_normal((m, d + 1)).astype(dtype)
+        np.testing.assert_array_equal(posemb.learned_pe_forward(xo, wo, pos), xo + wo[pos])
+        xi = x.copy()
+        assert posemb.learned_pe_forward(xi, w, pos, out=xi) is xi
+        np.testing.assert_array_equal(xi, expect)
+        # the gufunc called directly: a bad position is a NaN row on every path
+        bad = pos.copy()
+        bad[1, 2], bad[3, -1] = m, -1
+        yb = _core.learned_pe_fwd(x, bad, w)
+        assert np.isnan(yb[1, 2]).all() and np.isnan(yb[3, -1]).all()
+        ok = np.ones(bad.shape, bool)
+        ok[1, 2] = ok[3, -1] = False
+        np.testing.assert_array_equal(yb[ok], expect[ok])
+    finally:
+        posemb.set_num_threads(old)
 
 
 def test_zero_and_odd_sizes(rng):
