@@ -146,8 +146,8 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
     start = _start(start, seq)
     table = _table(seq, dim, base, start, _concat(layout), _work_dtype(np.dtype(x.dtype)))
     if out is None:
-        return _core.sinusoidal_add(x, table)
-    return _core.sinusoidal_add(x, table, out=_checks.out_operand(out, x.shape))
+        return _core.sinusoidal_add_rows(x, table)
+    return _core.sinusoidal_add_rows(x, table, out=_checks.out_operand(out, x.shape))
 
 
 def _axis(value: Any, ndim: int, name: str) -> int:
@@ -251,10 +251,12 @@ class AbsolutePE:
             raise ValueError(
                 f"seq ({seq}) + start ({start}) must not exceed max_length ({self.max_length})")
         rows = self._table(_work_dtype(np.dtype(x.dtype)))[start:start + seq]
-        view = rows if sa < fa else rows.T
-        view = np.expand_dims(view, tuple(i for i in range(ndim) if i not in (sa, fa)))
-        if out is None:
-            return _core.sinusoidal_add(x, view)
-        return _core.sinusoidal_add(x, view, out=_checks.out_operand(out, x.shape))
+        if out is not None:
+            out = _checks.out_operand(out, x.shape)
+        # (seq, features) core axes, broadcast over the others; the kernel
+        # walks position blocks with every batch inside (one table read)
+        if sa == ndim - 2 and fa == ndim - 1:
+            return _core.sinusoidal_add_rows(x, rows, out=out)
+        return _core.sinusoidal_add_rows(x, rows, out=out, axes=[(sa, fa), (0, 1), (sa, fa)])
 
     forward = __call__

@@ -346,3 +346,212 @@ void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
     pe_parallel_for(L->n, PE_PARALLEL_MIN_BYTES / (3 * itemsize) + 1,
                     sinusoidal_add_task, &j);
 }
+
+/* ------------------------------------------------------------------ */
+/* x + table over a (batch, seq, features) grid                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Streaming-store rows for large out-of-place outputs: a plain store first
+ * reads the destination line (read-for-ownership), so an out-of-place add
+ * moves three streams where a copy moves two.  A row is one contiguous run
+ * of stores, so each 64-byte output line is filled by consecutive stores;
+ * the head up to the vector alignment and the tail use plain stores.  The
+ * sums are the same single additions as the C loop: the same bits.  SSE2
+ * is the x86-64 baseline; AVX2 and AVX-512F forms are picked at run time
+ * (additions only, so no contraction can change a bit).
+ */
+typedef void (*add_row_fn)(ptrdiff_t n, const char *x, const char *t, char *y);
+
+#if defined(__SSE2__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PE_HAVE_NT 1
+
+#define DEFINE_ADD_NT(NAME, ATTR, T, V, ALIGN, W, LOAD, ADD, STREAM)          \
+ATTR static void NAME(ptrdiff_t n, const char *xc, const char *tc, char *yc)  \
+{                                                                             \
+    const T *x = (const T *)(const void *)xc;                                 \
+    const T *t = (const T *)(const void *)tc;                                 \
+    T *y = (T *)(void *)yc;                                                   \
+    ptrdiff_t k = 0;                                                          \
+    for (; k < n && ((uintptr_t)(y + k) & (ALIGN - 1u)) != 0; k++)            \
+        y[k] = x[k] + t[k];                                                   \
+    for (; k + W <= n; k += W) {                                              \
+        const V v = ADD(LOAD(x + k), LOAD(t + k));                            \
+        STREAM(y + k, v);                                                     \
+    }                                                                         \
+    for (; k < n; k++)                                                        \
+        y[k] = x[k] + t[k];                                                   \
+}
+
+DEFINE_ADD_NT(add_nt_f32_sse2, , float, __m128, 16, 4, _mm_loadu_ps,
+              _mm_add_ps, _mm_stream_ps)
+DEFINE_ADD_NT(add_nt_f64_sse2, , double, __m128d, 16, 2, _mm_loadu_pd,
+              _mm_add_pd, _mm_stream_pd)
+#if defined(__x86_64__) && !defined(POSEMB_NO_CLONES)
+#define PE_HAVE_NT_WIDE 1
+DEFINE_ADD_NT(add_nt_f32_avx2, __attribute__((target("avx2"))), float,
+              __m256, 32, 8, _mm256_loadu_ps, _mm256_add_ps, _mm256_stream_ps)
+DEFINE_ADD_NT(add_nt_f64_avx2, __attribute__((target("avx2"))), double,
+              __m256d, 32, 4, _mm256_loadu_pd, _mm256_add_pd, _mm256_stream_pd)
+DEFINE_ADD_NT(add_nt_f32_avx512, __attribute__((target("avx512f"))), float,
+              __m512, 64, 16, _mm512_loadu_ps, _mm512_add_ps, _mm512_stream_ps)
+DEFINE_ADD_NT(add_nt_f64_avx512, __attribute__((target("avx512f"))), double,
+              __m512d, 64, 8, _mm512_loadu_pd, _mm512_add_pd, _mm512_stream_pd)
+#endif
+
+/* the widest streaming row kernel this CPU runs */
+static add_row_fn add_nt_row(int kind)
+{
+#if defined(PE_HAVE_NT_WIDE)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return kind == 4 ? add_nt_f32_avx512 : add_nt_f64_avx512;
+    if (__builtin_cpu_supports("avx2"))
+        return kind == 4 ? add_nt_f32_avx2 : add_nt_f64_avx2;
+#endif
+    return kind == 4 ? add_nt_f32_sse2 : add_nt_f64_sse2;
+}
+#endif
+
+typedef struct {
+    pe_sinusoidal_grid g;            /* possibly transposed: rows are along S */
+    void (*fn)(const pe_sinusoidal_add_loop *);
+    add_row_fn nt;                   /* NULL: plain stores */
+    ptrdiff_t rows, cols;            /* a tile: rows x cols of the table */
+    ptrdiff_t col_tiles, groups;     /* tiles per row band; batch groups */
+    ptrdiff_t tz;                    /* table element size */
+    int gather;                      /* copy each table tile (strided rows) */
+} sinusoidal_grid_job;
+
+#define PE_SINUSOIDAL_TILE_BYTES ((ptrdiff_t)16 << 10)
+
+/*
+ * Copy the tile t[s0:s0+rows, d0:d0+n] (byte strides t_s, t_d) into buf,
+ * rows contiguous: a table read across its rows (the transposed walk) is
+ * gathered once per tile, not once per batch.
+ */
+#define DEFINE_GATHER(T, SUF)                                                 \
+static void gather_tile_##SUF(const char *t, ptrdiff_t t_s, ptrdiff_t t_d,    \
+                              ptrdiff_t rows, ptrdiff_t n, T *buf)            \
+{                                                                             \
+    const ptrdiff_t as = t_s < 0 ? -t_s : t_s, ad = t_d < 0 ? -t_d : t_d;     \
+    if (as <= ad) {         /* along the table's rows: contiguous reads */    \
+        for (ptrdiff_t c = 0; c < n; c++)                                     \
+            for (ptrdiff_t r = 0; r < rows; r++)                              \
+                buf[r * n + c] = *(const T *)(const void *)(t + r * t_s + c * t_d); \
+    } else {                                                                  \
+        for (ptrdiff_t r = 0; r < rows; r++)                                  \
+            for (ptrdiff_t c = 0; c < n; c++)                                 \
+                buf[r * n + c] = *(const T *)(const void *)(t + r * t_s + c * t_d); \
+    }                                                                         \
+}
+DEFINE_GATHER(float, f32)
+DEFINE_GATHER(double, f64)
+
+static void sinusoidal_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const sinusoidal_grid_job *j = (const sinusoidal_grid_job *)ctx;
+    const pe_sinusoidal_grid *g = &j->g;
+    union {
+        float f[PE_SINUSOIDAL_TILE_BYTES / sizeof(float)];
+        double d[PE_SINUSOIDAL_TILE_BYTES / sizeof(double)];
+    } buf;
+    for (ptrdiff_t item = begin; item < end; item++) {
+        const ptrdiff_t tile = item / j->groups, grp = item % j->groups;
+        const ptrdiff_t s0 = tile / j->col_tiles * j->rows;
+        const ptrdiff_t d0 = tile % j->col_tiles * j->cols;
+        const ptrdiff_t s1 = s0 + j->rows < g->S ? s0 + j->rows : g->S;
+        const ptrdiff_t n = d0 + j->cols < g->D ? j->cols : g->D - d0;
+        const ptrdiff_t b0 = g->B * grp / j->groups;
+        const ptrdiff_t b1 = g->B * (grp + 1) / j->groups;
+        const char *t = g->t + s0 * g->t_s + d0 * g->t_d;
+        ptrdiff_t t_s = g->t_s, t_d = g->t_d;
+        if (j->gather && b1 - b0 > 1) {
+            if (j->tz == 4) {
+                gather_tile_f32(t, t_s, t_d, s1 - s0, n, buf.f);
+                t = (const char *)buf.f;
+            } else {
+                gather_tile_f64(t, t_s, t_d, s1 - s0, n, buf.d);
+                t = (const char *)buf.d;
+            }
+            t_s = n * j->tz;
+            t_d = j->tz;
+        }
+        for (ptrdiff_t b = b0; b < b1; b++) {
+            for (ptrdiff_t s = s0; s < s1; s++) {
+                pe_sinusoidal_add_loop L;
+                L.n = n;
+                L.x = g->x + b * g->x_b + s * g->x_s + d0 * g->x_d;
+                L.t = t + b * g->t_b + (s - s0) * t_s;
+                L.y = g->y + b * g->y_b + s * g->y_s + d0 * g->y_d;
+                L.x_step = g->x_d;
+                L.t_step = t_d;
+                L.y_step = g->y_d;
+                if (j->nt != NULL && t_d == j->tz)
+                    j->nt(L.n, L.x, L.t, L.y);
+                else
+                    j->fn(&L);
+            }
+        }
+    }
+#if defined(PE_HAVE_NT)
+    if (j->nt != NULL)
+        _mm_sfence();   /* order the streaming stores before the task ends */
+#endif
+}
+
+void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
+{
+    const ptrdiff_t z = kind, tz = kind == 2 ? 8 : kind;    /* x/y, t sizes */
+    const ptrdiff_t tile_elems = PE_SINUSOIDAL_TILE_BYTES / tz;
+    sinusoidal_grid_job j;
+    ptrdiff_t tiles, threads, item_bytes;
+    if (g->B <= 0 || g->S <= 0 || g->D <= 0)
+        return;
+    j.g = *g;
+    j.fn = kind == 2 ? pe_sinusoidal_add_f16
+         : kind == 4 ? pe_sinusoidal_add_f32 : pe_sinusoidal_add_f64;
+    j.nt = NULL;
+    /* the inner loop should run along the contiguous axis of x and y */
+    if ((g->x_d != z || g->y_d != z) && g->x_s == z && g->y_s == z) {
+        ptrdiff_t tmp;
+        j.g.S = g->D; j.g.D = g->S;
+        tmp = j.g.x_s; j.g.x_s = j.g.x_d; j.g.x_d = tmp;
+        tmp = j.g.t_s; j.g.t_s = j.g.t_d; j.g.t_d = tmp;
+        tmp = j.g.y_s; j.g.y_s = j.g.y_d; j.g.y_d = tmp;
+    }
+    /* a table broadcast over the batch but strided along the rows is
+     * gathered tile by tile into contiguous scratch */
+    j.tz = tz;
+    j.gather = j.g.t_d != tz && j.g.t_b == 0 && j.g.B > 1;
+#if defined(PE_HAVE_NT)
+    /* streaming stores: out of place, large, rows contiguous */
+    if (kind != 2 && g->y != g->x && j.g.x_d == z && (j.g.t_d == z || j.gather) &&
+        j.g.y_d == z && g->B * g->S * g->D * z >= PE_ADD_STREAM_MIN_BYTES)
+        j.nt = add_nt_row(kind);
+#endif
+    /* a tile: whole rows if a row fits in the budget, else part of one */
+    if (j.g.D <= tile_elems) {
+        j.cols = j.g.D;
+        j.rows = tile_elems / j.g.D;
+        if (j.rows > j.g.S)
+            j.rows = j.g.S;
+    } else {
+        j.cols = tile_elems;
+        j.rows = 1;
+    }
+    j.col_tiles = (j.g.D + j.cols - 1) / j.cols;
+    tiles = (j.g.S + j.rows - 1) / j.rows * j.col_tiles;
+    /* too few tiles to share: split the batch as well */
+    threads = pe_get_num_threads();
+    j.groups = 1;
+    if (tiles < 4 * threads) {
+        j.groups = (4 * threads + tiles - 1) / tiles;
+        if (j.groups > g->B)
+            j.groups = g->B;
+    }
+    item_bytes = j.rows * j.cols * (2 * z + tz) * ((g->B + j.groups - 1) / j.groups);
+    pe_parallel_for(tiles * j.groups, PE_PARALLEL_MIN_BYTES / item_bytes + 1,
+                    sinusoidal_grid_task, &j);
+}

@@ -228,6 +228,87 @@ def test_add_out_and_in_place(rng):
     np.testing.assert_array_equal(x, expect)
 
 
+# ---------------------------------------------------------------- the (seq, dim) grid kernel
+
+def _add_ref(x, t):
+    """NumPy's x + t, float16 x rounded once from a float64 sum."""
+    if x.dtype == np.float16:
+        return (x.astype(np.float64) + t).astype(np.float16)
+    return x + t
+
+
+def _table_for(x, rng):
+    t_dtype = np.float64 if x.dtype == np.float16 else x.dtype
+    return rng.standard_normal(x.shape[-2:]).astype(t_dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(3, 20, 33), (20, 33), (2, 3, 7, 5), (1, 1, 9000),
+                                   (50, 1, 16), (4, 6000, 1)])
+def test_add_rows_matches_numpy(rng, dtype, shape):
+    """Tiles of whole rows, a row split into tiles (9000 features), one row
+    per batch shared out by batch groups (seq 1), more leading axes."""
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    t = _table_for(x, rng)
+    y = _core.sinusoidal_add_rows(x, t)
+    assert y.dtype == dtype and y.shape == x.shape
+    np.testing.assert_array_equal(y.view(np.uint8), _add_ref(x, t).view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_add_rows_strided_broadcast_and_in_place(rng, dtype):
+    big = (rng.standard_normal((3, 40, 90)) * 4).astype(dtype)
+    x = big[:, ::2, 1::3][:, :, ::-1]                # (3, 20, 30), no unit strides
+    t = _table_for(x, rng)
+    np.testing.assert_array_equal(_core.sinusoidal_add_rows(x, t), _add_ref(x, t))
+    out = np.zeros((3, 20, 60), dtype)[:, :, ::2]    # strided out
+    _core.sinusoidal_add_rows(x, t, out=out)
+    np.testing.assert_array_equal(out, _add_ref(x, t))
+    xb = np.broadcast_to(x[:1], (5, 20, 30))         # zero batch stride
+    np.testing.assert_array_equal(_core.sinusoidal_add_rows(xb, t), _add_ref(xb, t))
+    tb = np.broadcast_to(t[:1], t.shape)             # zero row stride in the table
+    np.testing.assert_array_equal(_core.sinusoidal_add_rows(x, tb), _add_ref(x, tb))
+    xc = np.ascontiguousarray(x)
+    expect = _add_ref(xc, t)
+    assert _core.sinusoidal_add_rows(xc, t, out=xc) is xc
+    np.testing.assert_array_equal(xc, expect)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_add_rows_transposed_grid(rng, dtype):
+    """Julia's (batch, features, seq): positions contiguous, the grid is
+    walked with the table read transposed."""
+    x = (rng.standard_normal((6, 70, 45)) * 4).astype(dtype)     # (batch, dim, seq)
+    t = _table_for(x.transpose(0, 2, 1), rng)                     # (seq, dim)
+    y = _core.sinusoidal_add_rows(x, t, axes=[(2, 1), (0, 1), (2, 1)])
+    np.testing.assert_array_equal(y, _add_ref(x, t.T))
+    out = np.empty_like(x)
+    _core.sinusoidal_add_rows(x, t, out=out, axes=[(2, 1), (0, 1), (2, 1)])
+    np.testing.assert_array_equal(out, y)
+
+
+@pytest.mark.parametrize("dtype, offset", [(np.float32, 0), (np.float32, 1), (np.float32, 3),
+                                           (np.float64, 0), (np.float64, 1)])
+def test_add_rows_streaming_large_out(rng, dtype, offset):
+    """An out-of-place output of >= 24 MiB takes the streaming-store path:
+    rows whose start is not vector-aligned (offset elements into a buffer),
+    an odd row length, and the same bits as NumPy's x + t."""
+    z = np.dtype(dtype).itemsize
+    shape = (max(1, (26 << 20) // (z * 300 * 1001)), 300, 1001)
+    x = rng.standard_normal(shape).astype(dtype)
+    t = rng.standard_normal(shape[1:]).astype(dtype)
+    buf = np.empty(x.size + 16, dtype)
+    out = buf[offset:offset + x.size].reshape(shape)
+    assert out.nbytes >= 24 << 20 and out.ctypes.data % 16 == (buf.ctypes.data + offset * z) % 16
+    assert _core.sinusoidal_add_rows(x, t, out=out) is out
+    np.testing.assert_array_equal(out, x + t)
+    # the same grid through the public entry points
+    pe = posemb.AbsolutePE(1001, 300, dtype=dtype)
+    np.testing.assert_array_equal(pe(x, out=out), x + pe.embeddings)
+    np.testing.assert_array_equal(posemb.add_sinusoidal(x, out=out),
+                                  x + posemb.sinusoidal(300, 1001, dtype=dtype))
+
+
 # ---------------------------------------------------------------- AbsolutePE
 
 def test_absolute_pe_julia_example(rng):
