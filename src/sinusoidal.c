@@ -84,32 +84,34 @@ static uint16_t double_to_half(double v)
 
 /* Row loops get SIMD clones (PE_SIMD_CLONES, posemb.h): same bits on all. */
 /*
- * One row from the block values sa, ca (p0*w_i) and the offset values sb,
- * cb (k*w_i): sin/cos(p0*w + k*w) by the angle-sum identities, rounded once.
+ * The frequencies f0 <= i < f1 of one row, from the block values sa, ca
+ * (p0*w_i) and the offset values sb, cb (k*w_i), each indexed i - f0:
+ * sin/cos(p0*w + k*w) by the angle-sum identities, rounded once.  The range
+ * holding frequency h = dim/2 (odd dim only) writes the last column.
  */
 #define DEFINE_SINUSOIDAL_ROW(T, SUF)                                         \
 PE_SIMD_CLONES                                                               \
-static void sinusoidal_row_##SUF(ptrdiff_t dim, int concat,                   \
-                                 const double *restrict sa,                   \
+static void sinusoidal_row_##SUF(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim,   \
+                                 int concat, const double *restrict sa,       \
                                  const double *restrict ca,                   \
                                  const double *restrict sb,                   \
                                  const double *restrict cb, T *restrict row)  \
 {                                                                             \
-    const ptrdiff_t h = dim / 2;                                              \
+    const ptrdiff_t h = dim / 2, m = (f1 < h ? f1 : h) - f0;                  \
     if (concat) {                                                             \
-        for (ptrdiff_t i = 0; i < h; i++) {                                   \
-            row[i] = TO_##SUF(sa[i] * cb[i] + ca[i] * sb[i]);                 \
-            row[h + i] = TO_##SUF(ca[i] * cb[i] - sa[i] * sb[i]);             \
+        for (ptrdiff_t i = 0; i < m; i++) {                                   \
+            row[f0 + i] = TO_##SUF(sa[i] * cb[i] + ca[i] * sb[i]);            \
+            row[h + f0 + i] = TO_##SUF(ca[i] * cb[i] - sa[i] * sb[i]);        \
         }                                                                     \
-        if (dim > 2 * h)                                                      \
+        if (f1 > h)                                                           \
             row[dim - 1] = TO_##SUF(0.0);                                     \
     } else {                                                                  \
-        for (ptrdiff_t i = 0; i < h; i++) {                                   \
-            row[2 * i] = TO_##SUF(sa[i] * cb[i] + ca[i] * sb[i]);             \
-            row[2 * i + 1] = TO_##SUF(ca[i] * cb[i] - sa[i] * sb[i]);         \
+        for (ptrdiff_t i = 0; i < m; i++) {                                   \
+            row[2 * (f0 + i)] = TO_##SUF(sa[i] * cb[i] + ca[i] * sb[i]);      \
+            row[2 * (f0 + i) + 1] = TO_##SUF(ca[i] * cb[i] - sa[i] * sb[i]);  \
         }                                                                     \
-        if (dim > 2 * h)  /* odd dim ends with a sin column */                \
-            row[dim - 1] = TO_##SUF(sa[h] * cb[h] + ca[h] * sb[h]);           \
+        if (f1 > h)       /* odd dim ends with a sin column */                \
+            row[dim - 1] = TO_##SUF(sa[h - f0] * cb[h - f0] + ca[h - f0] * sb[h - f0]); \
     }                                                                         \
 }
 
@@ -126,7 +128,9 @@ static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
 
 /*
  * Given n rows from position start, dim features, ceil(dim/2) inverse
- * frequencies, the layout flag and scratch work.  Returned: out (n, dim).
+ * frequencies, the layout flag, a frequency range [f0, f1) and scratch work
+ * (PE_SINUSOIDAL_WORK(f1 - f0) doubles at least).  Returned: the columns of
+ * those frequencies in out (n, dim).
  * The one line: out[p, 2i] = sin(p*w_i), out[p, 2i+1] = cos(p*w_i)
  * (interleaved), or [sin(p*w) | cos(p*w) | 0 if dim is odd] (concat).
  * Only the offsets k and q that occur are tabulated, so a one-row table (a
@@ -136,27 +140,27 @@ static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
 DEFINE_SINUSOIDAL_ROW(T, SUF)                                                 \
 static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
                                   const double *inv_freq, int concat, T *out, \
-                                  double *work)                               \
+                                  double *work, ptrdiff_t f0, ptrdiff_t f1)   \
 {                                                                             \
     const int64_t K = PE_SINUSOIDAL_BLOCK, KQ = K * PE_SINUSOIDAL_SUPER;      \
-    const ptrdiff_t nf = PE_SINUSOIDAL_NFREQ(dim);                            \
+    const ptrdiff_t nf = f1 - f0;                                             \
+    const double *w = inv_freq + f0;                                          \
     double *sin_k = work, *cos_k = sin_k + K * nf;       /* k*w, k < K */     \
     double *sin_q = cos_k + K * nf;                      /* q*K*w, q < Q */   \
     double *cos_q = sin_q + PE_SINUSOIDAL_SUPER * nf;                         \
     double *sin_P = cos_q + PE_SINUSOIDAL_SUPER * nf, *cos_P = sin_P + nf;    \
     double *sin_a = cos_P + nf, *cos_a = sin_a + nf;     /* block values */   \
     int64_t P_done = -1;                                                      \
-    if (n <= 0 || dim <= 0)                                                   \
+    if (n <= 0 || nf <= 0)                                                    \
         return;                                                               \
     for (int64_t r = 0; r < n && r < K; r++) {      /* the k in use */        \
         const int64_t k = (start + r) % K;                                    \
-        sinusoidal_offsets(nf, inv_freq, (double)k, sin_k + k * nf,           \
-                           cos_k + k * nf);                                   \
+        sinusoidal_offsets(nf, w, (double)k, sin_k + k * nf, cos_k + k * nf); \
     }                                                                         \
     for (int64_t b = start / K, nb = 0;             /* the q in use */        \
          b <= (start + n - 1) / K && nb < PE_SINUSOIDAL_SUPER; b++, nb++) {   \
         const int64_t q = b % PE_SINUSOIDAL_SUPER;                            \
-        sinusoidal_offsets(nf, inv_freq, (double)(q * K), sin_q + q * nf,     \
+        sinusoidal_offsets(nf, w, (double)(q * K), sin_q + q * nf,            \
                            cos_q + q * nf);                                   \
     }                                                                         \
     for (int64_t r = 0; r < n;) {                                             \
@@ -164,7 +168,7 @@ static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
         const int64_t q = (p % KQ) / K, rows = n - r < K - k0 ? n - r : K - k0;\
         const double *sq = sin_q + q * nf, *cq = cos_q + q * nf;              \
         if (P != P_done) {                                                    \
-            sinusoidal_offsets(nf, inv_freq, (double)P, sin_P, cos_P);        \
+            sinusoidal_offsets(nf, w, (double)P, sin_P, cos_P);               \
             P_done = P;                                                       \
         }                                                                     \
         for (ptrdiff_t i = 0; i < nf; i++) {        /* (P + q*K)*w */         \
@@ -172,23 +176,29 @@ static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
             cos_a[i] = cos_P[i] * cq[i] - sin_P[i] * sq[i];                   \
         }                                                                     \
         for (int64_t k = k0; k < k0 + rows; k++)                              \
-            sinusoidal_row_##SUF(dim, concat, sin_a, cos_a, sin_k + k * nf,   \
-                                 cos_k + k * nf, out + (r + k - k0) * dim);   \
+            sinusoidal_row_##SUF(f0, f1, dim, concat, sin_a, cos_a,           \
+                                 sin_k + k * nf, cos_k + k * nf,              \
+                                 out + (r + k - k0) * dim);                   \
         r += rows;                                                            \
     }                                                                         \
 }
 
 /*
- * The public table functions split the rows into up to get_num_threads()
+ * The public table functions split the table into up to get_num_threads()
  * chunks run on the pool, each with its own scratch (chunk 0 uses the
  * caller's; the others are allocated here, and if that fails the table is
- * made serially).  A value depends on its position alone, so the split
- * does not change a single bit.
+ * made serially).  A chunk is a range of frequencies (all rows) or, for
+ * tables of many rows, a range of rows (all frequencies): a row chunk
+ * repeats the libm calls of the offsets k*w (up to 2*BLOCK per frequency),
+ * a frequency chunk repeats none but shares each output row.  A value
+ * depends on its position and frequency alone, so the split does not
+ * change a single bit.
  */
 typedef struct {
     void (*rows)(ptrdiff_t, int64_t, ptrdiff_t, const double *, int, void *,
-                 double *);
-    ptrdiff_t n, dim, chunks, itemsize;
+                 double *, ptrdiff_t, ptrdiff_t);
+    ptrdiff_t n, dim, itemsize;
+    ptrdiff_t row_chunks, freq_chunks;
     int64_t start;
     const double *inv_freq;
     int concat;
@@ -196,34 +206,54 @@ typedef struct {
     double *work;           /* chunk c uses work + c * PE_SINUSOIDAL_WORK */
 } sinusoidal_job;
 
+/* frequency chunk boundaries on multiples of 16 (whole output lines) */
+static ptrdiff_t freq_bound(ptrdiff_t nf, ptrdiff_t c, ptrdiff_t chunks)
+{
+    return c >= chunks ? nf : (nf * c / chunks) & ~(ptrdiff_t)15;
+}
+
 static void sinusoidal_chunks(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
     const sinusoidal_job *j = (const sinusoidal_job *)ctx;
+    const ptrdiff_t nf = PE_SINUSOIDAL_NFREQ(j->dim);
     for (ptrdiff_t c = begin; c < end; c++) {
-        const ptrdiff_t lo = j->n * c / j->chunks, hi = j->n * (c + 1) / j->chunks;
+        const ptrdiff_t rc = c / j->freq_chunks, fc = c % j->freq_chunks;
+        const ptrdiff_t lo = j->n * rc / j->row_chunks;
+        const ptrdiff_t hi = j->n * (rc + 1) / j->row_chunks;
         j->rows(hi - lo, j->start + lo, j->dim, j->inv_freq, j->concat,
                 j->out + lo * j->dim * j->itemsize,
-                j->work + c * PE_SINUSOIDAL_WORK(j->dim));
+                j->work + c * PE_SINUSOIDAL_WORK(j->dim),
+                freq_bound(nf, fc, j->freq_chunks),
+                freq_bound(nf, fc + 1, j->freq_chunks));
     }
 }
 
 static void sinusoidal_parallel(sinusoidal_job *j, double *work)
 {
+    const ptrdiff_t nf = PE_SINUSOIDAL_NFREQ(j->dim);
     const ptrdiff_t bytes = j->n * j->dim * j->itemsize;
     ptrdiff_t chunks = pe_get_num_threads();
     double *extra = NULL;
-    if (chunks > j->n / PE_SINUSOIDAL_BLOCK)
-        chunks = j->n / PE_SINUSOIDAL_BLOCK;
-    if (chunks > bytes / PE_PARALLEL_MIN_BYTES)
-        chunks = bytes / PE_PARALLEL_MIN_BYTES;
+    if (chunks > bytes / PE_PARALLEL_MIN_BYTES + 1)
+        chunks = bytes / PE_PARALLEL_MIN_BYTES + 1;
+    j->row_chunks = j->freq_chunks = 1;
+    if (nf >= 16 * chunks) {
+        j->freq_chunks = chunks;
+    } else {                            /* few frequencies: split the rows */
+        if (chunks > j->n / PE_SINUSOIDAL_BLOCK)
+            chunks = j->n / PE_SINUSOIDAL_BLOCK;
+        if (chunks < 1)
+            chunks = 1;
+        j->row_chunks = chunks;
+    }
     if (chunks > 1)
         extra = (double *)malloc((size_t)chunks * (size_t)PE_SINUSOIDAL_WORK(j->dim)
                                  * sizeof(double));
     if (extra == NULL) {
-        j->rows(j->n, j->start, j->dim, j->inv_freq, j->concat, j->out, work);
+        j->rows(j->n, j->start, j->dim, j->inv_freq, j->concat, j->out, work,
+                0, nf);
         return;
     }
-    j->chunks = chunks;
     j->work = extra;
     pe_parallel_for(chunks, 1, sinusoidal_chunks, j);
     free(extra);
@@ -232,9 +262,11 @@ static void sinusoidal_parallel(sinusoidal_job *j, double *work)
 #define DEFINE_SINUSOIDAL_PUBLIC(T, SUF)                                      \
 static void sinusoidal_rows_any_##SUF(ptrdiff_t n, int64_t start,             \
                                       ptrdiff_t dim, const double *inv_freq,  \
-                                      int concat, void *out, double *work)    \
+                                      int concat, void *out, double *work,    \
+                                      ptrdiff_t f0, ptrdiff_t f1)             \
 {                                                                             \
-    sinusoidal_rows_##SUF(n, start, dim, inv_freq, concat, (T *)out, work);   \
+    sinusoidal_rows_##SUF(n, start, dim, inv_freq, concat, (T *)out, work,    \
+                          f0, f1);                                            \
 }                                                                             \
 void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
                                const double *inv_freq, int concat, T *out,   \

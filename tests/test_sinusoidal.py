@@ -152,6 +152,74 @@ def test_start_shifts_rows(dtype):
                                       full[start:start + n])
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed", "transposed", "swapped",
+                                    "unaligned"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_table_into_out(dtype, layout):
+    """out= fills any writeable layout with the bits of the fresh table."""
+    from _layouts import lay
+    expect = posemb.sinusoidal(70, 33, start=1000, layout="concat", dtype=dtype)
+    out = lay(np.full((70, 33), 7.0), dtype, layout)
+    got = posemb.sinusoidal(70, 33, start=1000, layout="concat", out=out)
+    assert got is out
+    np.testing.assert_array_equal(out.astype(dtype), expect)
+    # dtype may repeat out's own
+    assert posemb.sinusoidal(70, 33, start=1000, layout="concat", dtype=dtype, out=out) is out
+
+
+def test_table_into_reused_large_out():
+    """The multithreaded fill of a reused buffer (frequency chunks) is the
+    fresh table bit for bit, both layouts, a start past one super-block."""
+    buf = np.empty((3000, 770), np.float32)
+    for layout in ("interleaved", "concat"):
+        posemb.sinusoidal(3000, 770, start=5000, layout=layout, out=buf)
+        np.testing.assert_array_equal(
+            buf, posemb.sinusoidal(3000, 770, start=5000, layout=layout))
+        assert np.abs(buf.astype(np.float64) - torch_truth(
+            3000, 770, 5000, layout=layout).numpy()).max() <= F32_TOL
+
+
+@pytest.mark.parametrize("shape", [(3000, 770), (20000, 20), (40, 4096)])
+def test_table_split_over_threads_is_serial_bits(shape):
+    """Frequency chunks (wide tables), row chunks (narrow ones) and any
+    thread count give the serial table bit for bit."""
+    n, dim = shape
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(1)
+        want = {lay: posemb.sinusoidal(n, dim, start=777, layout=lay, dtype=np.float64)
+                for lay in ("interleaved", "concat")}
+        for threads in (2, 3, 4, 7):
+            posemb.set_num_threads(threads)
+            for lay, w in want.items():
+                got = posemb.sinusoidal(n, dim, start=777, layout=lay, dtype=np.float64)
+                np.testing.assert_array_equal(got, w)
+                np.testing.assert_array_equal(
+                    posemb.sinusoidal(n, dim, start=777, layout=lay), w.astype(np.float32))
+    finally:
+        posemb.set_num_threads(old)
+
+
+def test_table_out_bad_arguments():
+    with pytest.raises(ValueError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.empty((4, 7), np.float32))
+    with pytest.raises(ValueError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.empty(24, np.float32))
+    ro = np.empty((4, 6), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out"):
+        posemb.sinusoidal(4, 6, out=ro)
+    with pytest.raises(TypeError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.empty((4, 6), np.int32))
+    with pytest.raises(TypeError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.zeros((4, 6)).tolist())
+    with pytest.raises(TypeError, match="dtype"):
+        posemb.sinusoidal(4, 6, dtype=np.float32, out=np.empty((4, 6)))
+    with pytest.raises(TypeError, match="dtype"):
+        posemb.sinusoidal(4, 6, dtype=np.int8, out=np.empty((4, 6)))
+    assert posemb.sinusoidal(2, 2).dtype == np.float32          # still the default
+
+
 # ---------------------------------------------------------------- add_sinusoidal
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
