@@ -23,7 +23,9 @@
  * No AVX-512 clone: -mavx512f implies FMA, and GCC 12 then forms
  * vfmaddsub from the interleaved RoPE's a*b -/+ c*d despite
  * -ffp-contract=off, changing last bits (tests caught it).  The "avx2"
- * target has no FMA, so every path gives the same bits.
+ * target has no FMA, so every path gives the same bits.  The few AVX-512F
+ * kernels (sinusoidal.c) are written with explicit intrinsics, picked by
+ * __builtin_cpu_supports, and a test checks the binary holds no FMA.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
     defined(__ELF__) && !defined(POSEMB_NO_CLONES)

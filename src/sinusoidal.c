@@ -115,6 +115,110 @@ static void sinusoidal_row_##SUF(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim,   \
     }                                                                         \
 }
 
+/*
+ * AVX-512F forms of the float32 and float64 rows, picked at run time: the
+ * same products, sums and one rounding as the C rows (explicit intrinsics,
+ * so no contraction into FMA can change a bit; masked loads and stores for
+ * the last frequencies), with the interleaving done by one permute per
+ * 64-byte output line.  The AVX2 clone of the C row spends about 2.2
+ * instructions per value, this about 1.
+ */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(POSEMB_NO_CLONES)
+#include <immintrin.h>
+#define PE_HAVE_AVX512_ROWS 1
+#define PE_AVX512 __attribute__((target("avx512f")))
+
+/* sin, cos of (p0 + k)*w for 8 frequencies, lanes past `left` zero */
+#define ROW8(left, i)                                                         \
+    const __mmask8 k8 = (left) >= 8 ? (__mmask8)0xff                          \
+                                     : (__mmask8)((1u << (left)) - 1u);       \
+    const __m512d a = _mm512_maskz_loadu_pd(k8, sa + (i));                    \
+    const __m512d c = _mm512_maskz_loadu_pd(k8, ca + (i));                    \
+    const __m512d b = _mm512_maskz_loadu_pd(k8, sb + (i));                    \
+    const __m512d d = _mm512_maskz_loadu_pd(k8, cb + (i));                    \
+    const __m512d sv = _mm512_add_pd(_mm512_mul_pd(a, d), _mm512_mul_pd(c, b)); \
+    const __m512d cv = _mm512_sub_pd(_mm512_mul_pd(c, d), _mm512_mul_pd(a, b))
+
+PE_AVX512 static void
+sinusoidal_row_f32_avx512(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim, int concat,
+                          const double *sa, const double *ca,
+                          const double *sb, const double *cb, float *row)
+{
+    const ptrdiff_t h = dim / 2, m = (f1 < h ? f1 : h) - f0;
+    const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
+                                          4, 20, 5, 21, 6, 22, 7, 23);
+    for (ptrdiff_t i = 0; i < m; i += 8) {
+        const ptrdiff_t left = m - i;
+        ROW8(left, i);
+        const __m512 s16 = _mm512_castps256_ps512(_mm512_cvtpd_ps(sv));
+        const __m512 c16 = _mm512_castps256_ps512(_mm512_cvtpd_ps(cv));
+        if (concat) {
+            _mm512_mask_storeu_ps(row + f0 + i, (__mmask16)k8, s16);
+            _mm512_mask_storeu_ps(row + h + f0 + i, (__mmask16)k8, c16);
+        } else {
+            const __mmask16 k16 = left >= 8 ? (__mmask16)0xffff
+                                            : (__mmask16)((1u << (2 * left)) - 1u);
+            _mm512_mask_storeu_ps(row + 2 * (f0 + i), k16,
+                                  _mm512_permutex2var_ps(s16, idx, c16));
+        }
+    }
+    if (f1 > h) {               /* odd dim: the last column */
+        if (concat) {
+            row[dim - 1] = 0.0f;
+        } else {
+            ROW8(1, h - f0);
+            _mm512_mask_storeu_ps(row + dim - 1, (__mmask16)1,
+                                  _mm512_castps256_ps512(_mm512_cvtpd_ps(sv)));
+            (void)cv;
+        }
+    }
+}
+
+PE_AVX512 static void
+sinusoidal_row_f64_avx512(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim, int concat,
+                          const double *sa, const double *ca,
+                          const double *sb, const double *cb, double *row)
+{
+    const ptrdiff_t h = dim / 2, m = (f1 < h ? f1 : h) - f0;
+    const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+    const __m512i hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    for (ptrdiff_t i = 0; i < m; i += 8) {
+        const ptrdiff_t left = m - i;
+        ROW8(left, i);
+        if (concat) {
+            _mm512_mask_storeu_pd(row + f0 + i, k8, sv);
+            _mm512_mask_storeu_pd(row + h + f0 + i, k8, cv);
+        } else {
+            const ptrdiff_t n2 = 2 * (left >= 8 ? 8 : left);    /* values */
+            const __mmask8 klo = n2 >= 8 ? (__mmask8)0xff
+                                         : (__mmask8)((1u << n2) - 1u);
+            const __mmask8 khi = n2 <= 8 ? (__mmask8)0
+                               : n2 >= 16 ? (__mmask8)0xff
+                                          : (__mmask8)((1u << (n2 - 8)) - 1u);
+            _mm512_mask_storeu_pd(row + 2 * (f0 + i), klo,
+                                  _mm512_permutex2var_pd(sv, lo, cv));
+            _mm512_mask_storeu_pd(row + 2 * (f0 + i) + 8, khi,
+                                  _mm512_permutex2var_pd(sv, hi, cv));
+        }
+    }
+    if (f1 > h) {               /* odd dim: the last column */
+        if (concat) {
+            row[dim - 1] = 0.0;
+        } else {
+            ROW8(1, h - f0);
+            _mm512_mask_storeu_pd(row + dim - 1, (__mmask8)1, sv);
+            (void)cv;
+        }
+    }
+}
+
+static int cpu_has_avx512f(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+}
+#endif
+
 /* sin/cos of k*w_i for each i < nf into s[k*nf + i], c[k*nf + i]. */
 static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
                                double *s, double *c)
@@ -125,6 +229,24 @@ static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
         c[i] = cos(b);
     }
 }
+
+/* The row kernel for this CPU: AVX-512F for float32/float64 where it runs. */
+#define DEFINE_ROW_PICK(T, SUF)                                               \
+typedef void (*row_fn_##SUF)(ptrdiff_t, ptrdiff_t, ptrdiff_t, int,            \
+                             const double *, const double *, const double *,  \
+                             const double *, T *);                            \
+static row_fn_##SUF pick_row_##SUF(void)                                      \
+{                                                                             \
+    return ROW_WIDE_##SUF != NULL ? ROW_WIDE_##SUF : sinusoidal_row_##SUF;    \
+}
+#if defined(PE_HAVE_AVX512_ROWS)
+#define ROW_WIDE_f32 (cpu_has_avx512f() ? sinusoidal_row_f32_avx512 : NULL)
+#define ROW_WIDE_f64 (cpu_has_avx512f() ? sinusoidal_row_f64_avx512 : NULL)
+#else
+#define ROW_WIDE_f32 NULL
+#define ROW_WIDE_f64 NULL
+#endif
+#define ROW_WIDE_f16 NULL
 
 /*
  * Given n rows from position start, dim features, ceil(dim/2) inverse
@@ -138,6 +260,7 @@ static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
  */
 #define DEFINE_SINUSOIDAL_TABLE(T, SUF)                                       \
 DEFINE_SINUSOIDAL_ROW(T, SUF)                                                 \
+DEFINE_ROW_PICK(T, SUF)                                                       \
 static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
                                   const double *inv_freq, int concat, T *out, \
                                   double *work, ptrdiff_t f0, ptrdiff_t f1)   \
@@ -151,6 +274,7 @@ static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
     double *sin_P = cos_q + PE_SINUSOIDAL_SUPER * nf, *cos_P = sin_P + nf;    \
     double *sin_a = cos_P + nf, *cos_a = sin_a + nf;     /* block values */   \
     int64_t P_done = -1;                                                      \
+    row_fn_##SUF row = pick_row_##SUF();                                      \
     if (n <= 0 || nf <= 0)                                                    \
         return;                                                               \
     for (int64_t r = 0; r < n && r < K; r++) {      /* the k in use */        \
@@ -176,9 +300,8 @@ static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
             cos_a[i] = cos_P[i] * cq[i] - sin_P[i] * sq[i];                   \
         }                                                                     \
         for (int64_t k = k0; k < k0 + rows; k++)                              \
-            sinusoidal_row_##SUF(f0, f1, dim, concat, sin_a, cos_a,           \
-                                 sin_k + k * nf, cos_k + k * nf,              \
-                                 out + (r + k - k0) * dim);                   \
+            row(f0, f1, dim, concat, sin_a, cos_a, sin_k + k * nf,            \
+                cos_k + k * nf, out + (r + k - k0) * dim);                    \
         r += rows;                                                            \
     }                                                                         \
 }
@@ -250,8 +373,9 @@ static void sinusoidal_parallel(sinusoidal_job *j, double *work)
         extra = (double *)malloc((size_t)chunks * (size_t)PE_SINUSOIDAL_WORK(j->dim)
                                  * sizeof(double));
     if (extra == NULL) {
-        j->rows(j->n, j->start, j->dim, j->inv_freq, j->concat, j->out, work,
-                0, nf);
+        j->row_chunks = j->freq_chunks = 1;
+        j->work = work;
+        sinusoidal_chunks(j, 0, 1);
         return;
     }
     j->work = extra;

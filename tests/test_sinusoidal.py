@@ -98,6 +98,43 @@ def test_concat_matches_torch(dim):
     np.testing.assert_array_equal(ours[:, h:2 * h], inter[:, 1:2 * h:2])
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+def test_every_width_and_frequency_range(layout):
+    """Widths around the 8-frequency vectors of the row kernels (masked
+    tails, odd dims) and frequency chunks of a split table (3000 rows): each
+    float64 value within 1e-13 of truth (plus the truth's own angle rounding,
+    ~|p| * 1.1e-16), float32 its rounding."""
+    old = posemb.get_num_threads()
+    try:
+        for threads in (1, 3):
+            posemb.set_num_threads(threads)
+            for dim in list(range(1, 20)) + [31, 33, 47, 63, 65, 100, 129, 1001]:
+                n = 3000 if dim >= 100 else 40
+                truth = torch_truth(n, dim, 123, layout=layout).numpy()
+                t64 = posemb.sinusoidal(n, dim, start=123, layout=layout, dtype=np.float64)
+                assert np.abs(t64 - truth).max() <= 1e-13 + 2.5e-16 * (123 + n), dim
+                np.testing.assert_array_equal(
+                    posemb.sinusoidal(n, dim, start=123, layout=layout), t64.astype(np.float32))
+    finally:
+        posemb.set_num_threads(old)
+
+
+def test_no_fused_multiply_add_in_the_binary():
+    """The float64-exact formulas rely on separate products and sums
+    (-ffp-contract=off); the AVX-512 row kernels enable an ISA with FMA, so
+    check that the compiler formed none anywhere in posemb._core."""
+    import platform
+    import shutil
+    import subprocess
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None:
+        pytest.skip("needs objdump on x86-64")
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", _core.__file__],
+                         capture_output=True, text=True, check=True).stdout
+    fma = [line for line in asm.splitlines()
+           if any(op in line for op in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"))]
+    assert not fma, fma[:5]
+
+
 def test_odd_dim_ends_with_sin_column():
     pe = posemb.sinusoidal(20, 7, dtype=np.float64)
     p = np.arange(20.0)
