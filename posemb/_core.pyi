@@ -13,6 +13,7 @@ rope_inter_back: np.ufunc
 rotate_half: np.ufunc
 learned_pe_fwd: np.ufunc
 sinusoidal_add: np.ufunc
+sinusoidal_add_rows: np.ufunc
 
 def get_num_threads() -> int: ...
 def set_num_threads(n: int, /) -> int: ...

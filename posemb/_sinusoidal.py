@@ -42,14 +42,31 @@ def _start(start: Any, count: int) -> int:
 
 
 def _table(seq_len: int, dim: int, base: float, start: int, concat: bool,
-           dtype: np.dtype) -> np.ndarray:
-    """The (seq_len, dim) table of dtype; arguments already checked."""
-    out = np.empty((seq_len, dim), dtype=dtype)   # first: a table too big to exist fails at once
+           dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+    """The (seq_len, dim) table of dtype, in out if given (of that shape and
+    dtype); arguments already checked."""
+    if out is None:
+        out = np.empty((seq_len, dim), dtype=dtype)   # first: a table too big to exist fails at once
     if out.size == 0:
         return out
     inv_freq = base ** (-(2.0 * np.arange((dim + 1) // 2, dtype=np.float64)) / max(dim, 1))
-    _core._sinusoidal_table(start, inv_freq, concat, out)
+    if out.flags.c_contiguous and out.flags.aligned and out.dtype.isnative:
+        _core._sinusoidal_table(start, inv_freq, concat, out)
+    else:                       # strided, unaligned or byte-swapped: fill a copy
+        table = np.empty((seq_len, dim), dtype=out.dtype.newbyteorder("="))
+        _core._sinusoidal_table(start, inv_freq, concat, table)
+        np.copyto(out, table)
     return out
+
+
+def _table_out(out: Any, shape: tuple[int, int], dtype: Any) -> tuple[np.ndarray, np.dtype]:
+    """Check sinusoidal's out= (an ndarray of the table's shape) against dtype."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    out = _checks.out_operand(out, shape)
+    if dtype is not None and _checks.float_dtype(dtype) != out.dtype.newbyteorder("="):
+        raise TypeError(f"dtype {np.dtype(dtype)} does not match out's dtype {out.dtype}")
+    return out, np.dtype(out.dtype)
 
 
 def _work_dtype(dtype: np.dtype) -> np.dtype:
@@ -59,7 +76,8 @@ def _work_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
-               layout: str = "interleaved", dtype: Any = np.float32) -> np.ndarray:
+               layout: str = "interleaved", dtype: Any = None,
+               out: np.ndarray | None = None) -> np.ndarray:
     """The sinusoidal position-encoding table, shape ``(seq_len, dim)``.
 
     Row ``k`` encodes position ``start + k``.  With ``layout="interleaved"``
@@ -83,12 +101,17 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
     start : int
         First position, ``>= 0`` (cached decoding).
     layout : {"interleaved", "concat"}
-    dtype : float16, float32 or float64
+    dtype : float16, float32 or float64, optional
+        Default float32, or ``out``'s dtype.
+    out : numpy.ndarray, optional
+        A ``(seq_len, dim)`` float16/32/64 array to fill (any strides); a
+        reused buffer saves the page faults of a fresh table, most of the
+        time of a large one.
 
     Returns
     -------
     numpy.ndarray
-        Shape ``(seq_len, dim)``.
+        Shape ``(seq_len, dim)``; ``out`` if given.
 
     Examples
     --------
@@ -103,14 +126,20 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
            [ 0.9093, -0.4161,  0.    ]])
     >>> posemb.sinusoidal(4, 0).shape
     (4, 0)
+    >>> buf = np.empty((3, 4))
+    >>> posemb.sinusoidal(3, 4, out=buf) is buf
+    True
     """
     seq_len = _checks.size(seq_len, "seq_len")
     dim = _checks.size(dim, "dim")
     base = _checks.positive_float(base, "base")
     start = _start(start, seq_len)
     concat = _concat(layout)
-    dt = _checks.float_dtype(dtype)
-    return _table(seq_len, dim, base, start, concat, dt)
+    if out is None:
+        dt = _checks.float_dtype(np.float32 if dtype is None else dtype)
+        return _table(seq_len, dim, base, start, concat, dt)
+    out, dt = _table_out(out, (seq_len, dim), dtype)
+    return _table(seq_len, dim, base, start, concat, dt, out)
 
 
 def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
@@ -146,8 +175,8 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
     start = _start(start, seq)
     table = _table(seq, dim, base, start, _concat(layout), _work_dtype(np.dtype(x.dtype)))
     if out is None:
-        return _core.sinusoidal_add(x, table)
-    return _core.sinusoidal_add(x, table, out=_checks.out_operand(out, x.shape))
+        return _core.sinusoidal_add_rows(x, table)
+    return _core.sinusoidal_add_rows(x, table, out=_checks.out_operand(out, x.shape))
 
 
 def _axis(value: Any, ndim: int, name: str) -> int:
@@ -251,10 +280,12 @@ class AbsolutePE:
             raise ValueError(
                 f"seq ({seq}) + start ({start}) must not exceed max_length ({self.max_length})")
         rows = self._table(_work_dtype(np.dtype(x.dtype)))[start:start + seq]
-        view = rows if sa < fa else rows.T
-        view = np.expand_dims(view, tuple(i for i in range(ndim) if i not in (sa, fa)))
-        if out is None:
-            return _core.sinusoidal_add(x, view)
-        return _core.sinusoidal_add(x, view, out=_checks.out_operand(out, x.shape))
+        if out is not None:
+            out = _checks.out_operand(out, x.shape)
+        # (seq, features) core axes, broadcast over the others; the kernel
+        # walks position blocks with every batch inside (one table read)
+        if sa == ndim - 2 and fa == ndim - 1:
+            return _core.sinusoidal_add_rows(x, rows, out=out)
+        return _core.sinusoidal_add_rows(x, rows, out=out, axes=[(sa, fa), (0, 1), (sa, fa)])
 
     forward = __call__

@@ -824,6 +824,34 @@ static const char sinusoidal_add_types[9] = {
     NPY_DOUBLE, NPY_DOUBLE, NPY_DOUBLE};
 static void *sinusoidal_add_data[3];
 
+/* signature (s,d),(s,d)->(s,d); dims = {n, s, d}; 3 outer + 6 core steps */
+static void
+sinusoidal_add_rows_loop(char **args, npy_intp const *dims,
+                         npy_intp const *steps, void *data)
+{
+    pe_sinusoidal_grid g;
+    g.B = dims[0];
+    g.S = dims[1];
+    g.D = dims[2];
+    g.x = args[0];
+    g.t = args[1];
+    g.y = args[2];
+    g.x_b = steps[0];
+    g.t_b = steps[1];
+    g.y_b = steps[2];
+    g.x_s = steps[3];
+    g.x_d = steps[4];
+    g.t_s = steps[5];
+    g.t_d = steps[6];
+    g.y_s = steps[7];
+    g.y_d = steps[8];
+    pe_sinusoidal_add_grid(&g, (int)((const sinusoidal_add_kernel *)data)->itemsize);
+}
+
+static PyUFuncGenericFunction sinusoidal_add_rows_funcs[3] = {
+    sinusoidal_add_rows_loop, sinusoidal_add_rows_loop, sinusoidal_add_rows_loop};
+static void *sinusoidal_add_rows_data[3];
+
 /*
  * _sinusoidal_table(start, inv_freq, concat, out)
  * start: int >= 0 with start + n <= 2**53; inv_freq: float64 (ceil(dim/2),);
@@ -916,6 +944,14 @@ register_sinusoidal(PyObject *m)
                    sinusoidal_add_funcs, sinusoidal_add_data,
                    sinusoidal_add_k, sizeof(sinusoidal_add_kernel), 3,
                    sinusoidal_add_types, 2, 1, NULL, NULL) < 0)
+        return -1;
+    if (add_gufunc(m, "sinusoidal_add_rows",
+                   "y = x + t over (..., seq, dim) grids, t (seq, dim) broadcast "
+                   "over the leading axes: the position-blocked form of "
+                   "sinusoidal_add (same types, same bits).",
+                   sinusoidal_add_rows_funcs, sinusoidal_add_rows_data,
+                   sinusoidal_add_k, sizeof(sinusoidal_add_kernel), 3,
+                   sinusoidal_add_types, 2, 1, "(s,d),(s,d)->(s,d)", NULL) < 0)
         return -1;
     return PyModule_AddFunctions(m, sinusoidal_methods);
 }

@@ -23,7 +23,9 @@
  * No AVX-512 clone: -mavx512f implies FMA, and GCC 12 then forms
  * vfmaddsub from the interleaved RoPE's a*b -/+ c*d despite
  * -ffp-contract=off, changing last bits (tests caught it).  The "avx2"
- * target has no FMA, so every path gives the same bits.
+ * target has no FMA, so every path gives the same bits.  The few AVX-512F
+ * kernels (sinusoidal.c) are written with explicit intrinsics, picked by
+ * __builtin_cpu_supports, and a test checks the binary holds no FMA.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
     defined(__ELF__) && !defined(POSEMB_NO_CLONES)
@@ -173,6 +175,14 @@ int pe_rope_simd_level(void);
 
 /* out-of-place outputs at least this large use streaming stores */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)
+/*
+ * ... except x + table (pe_sinusoidal_add_grid), whose plain stores keep up
+ * with a copy while x and y stay in the last-level cache: on the reference
+ * Xeon (480 MB L3 shared with other guests) plain stores were faster up to
+ * a 16 MiB y and streaming ones from about 24 MiB on (and then by 1.5x).
+ * Plain stores also leave y in cache for whatever reads it next.
+ */
+#define PE_ADD_STREAM_MIN_BYTES ((ptrdiff_t)24 << 20)
 
 /*
  * rotate_half over n vectors of d (even) features, signature (d)->(d):
@@ -300,6 +310,30 @@ void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
 /* run an add kernel over the pool (serially if y partly overlaps x) */
 void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
                                 const pe_sinusoidal_add_loop *L, ptrdiff_t itemsize);
+
+/*
+ * x + table over a (B, S, D) grid: y[b, s, j] = x[b, s, j] + t[b, s, j],
+ * byte strides per batch (t_b is 0 for a table broadcast over the batch),
+ * position and feature; a generalized-ufunc call of signature
+ * (s,d),(s,d)->(s,d).  y is x itself (same strides: in place) or overlaps
+ * neither input.  Runs tile by tile (a few KiB of table, every batch
+ * inside a tile, so each table tile is read from memory once), tiles
+ * spread over the pool; a grid whose features are strided but whose
+ * positions are contiguous (Julia's (batch, features, seq)) is walked
+ * transposed.  Out-of-place f32/f64 outputs of at least
+ * PE_ADD_STREAM_MIN_BYTES use streaming stores along contiguous rows.
+ * kind: 2 = f16 (t float64), 4 = f32, 8 = f64 (the element size of x, y).
+ */
+typedef struct pe_sinusoidal_grid {
+    ptrdiff_t B, S, D;
+    const char *x, *t;
+    char *y;
+    ptrdiff_t x_b, t_b, y_b;
+    ptrdiff_t x_s, t_s, y_s;
+    ptrdiff_t x_d, t_d, y_d;
+} pe_sinusoidal_grid;
+
+void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind);
 
 /* ------------------------------------------------------------------ */
 /* Learned encodings (learned.c)                                       */

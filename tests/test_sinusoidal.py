@@ -98,6 +98,43 @@ def test_concat_matches_torch(dim):
     np.testing.assert_array_equal(ours[:, h:2 * h], inter[:, 1:2 * h:2])
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+def test_every_width_and_frequency_range(layout):
+    """Widths around the 8-frequency vectors of the row kernels (masked
+    tails, odd dims) and frequency chunks of a split table (3000 rows): each
+    float64 value within 1e-13 of truth (plus the truth's own angle rounding,
+    ~|p| * 1.1e-16), float32 its rounding."""
+    old = posemb.get_num_threads()
+    try:
+        for threads in (1, 3):
+            posemb.set_num_threads(threads)
+            for dim in list(range(1, 20)) + [31, 33, 47, 63, 65, 100, 129, 1001]:
+                n = 3000 if dim >= 100 else 40
+                truth = torch_truth(n, dim, 123, layout=layout).numpy()
+                t64 = posemb.sinusoidal(n, dim, start=123, layout=layout, dtype=np.float64)
+                assert np.abs(t64 - truth).max() <= 1e-13 + 2.5e-16 * (123 + n), dim
+                np.testing.assert_array_equal(
+                    posemb.sinusoidal(n, dim, start=123, layout=layout), t64.astype(np.float32))
+    finally:
+        posemb.set_num_threads(old)
+
+
+def test_no_fused_multiply_add_in_the_binary():
+    """The float64-exact formulas rely on separate products and sums
+    (-ffp-contract=off); the AVX-512 row kernels enable an ISA with FMA, so
+    check that the compiler formed none anywhere in posemb._core."""
+    import platform
+    import shutil
+    import subprocess
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None:
+        pytest.skip("needs objdump on x86-64")
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", _core.__file__],
+                         capture_output=True, text=True, check=True).stdout
+    fma = [line for line in asm.splitlines()
+           if any(op in line for op in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"))]
+    assert not fma, fma[:5]
+
+
 def test_odd_dim_ends_with_sin_column():
     pe = posemb.sinusoidal(20, 7, dtype=np.float64)
     p = np.arange(20.0)
@@ -150,6 +187,74 @@ def test_start_shifts_rows(dtype):
     for start, n in [(61, 7), (30, 10), (31, 2), (5, 1), (0, 33), (95, 64)]:
         np.testing.assert_array_equal(posemb.sinusoidal(n, 10, start=start, dtype=dtype),
                                       full[start:start + n])
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed", "transposed", "swapped",
+                                    "unaligned"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_table_into_out(dtype, layout):
+    """out= fills any writeable layout with the bits of the fresh table."""
+    from _layouts import lay
+    expect = posemb.sinusoidal(70, 33, start=1000, layout="concat", dtype=dtype)
+    out = lay(np.full((70, 33), 7.0), dtype, layout)
+    got = posemb.sinusoidal(70, 33, start=1000, layout="concat", out=out)
+    assert got is out
+    np.testing.assert_array_equal(out.astype(dtype), expect)
+    # dtype may repeat out's own
+    assert posemb.sinusoidal(70, 33, start=1000, layout="concat", dtype=dtype, out=out) is out
+
+
+def test_table_into_reused_large_out():
+    """The multithreaded fill of a reused buffer (frequency chunks) is the
+    fresh table bit for bit, both layouts, a start past one super-block."""
+    buf = np.empty((3000, 770), np.float32)
+    for layout in ("interleaved", "concat"):
+        posemb.sinusoidal(3000, 770, start=5000, layout=layout, out=buf)
+        np.testing.assert_array_equal(
+            buf, posemb.sinusoidal(3000, 770, start=5000, layout=layout))
+        assert np.abs(buf.astype(np.float64) - torch_truth(
+            3000, 770, 5000, layout=layout).numpy()).max() <= F32_TOL
+
+
+@pytest.mark.parametrize("shape", [(3000, 770), (20000, 20), (40, 4096)])
+def test_table_split_over_threads_is_serial_bits(shape):
+    """Frequency chunks (wide tables), row chunks (narrow ones) and any
+    thread count give the serial table bit for bit."""
+    n, dim = shape
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(1)
+        want = {lay: posemb.sinusoidal(n, dim, start=777, layout=lay, dtype=np.float64)
+                for lay in ("interleaved", "concat")}
+        for threads in (2, 3, 4, 7):
+            posemb.set_num_threads(threads)
+            for lay, w in want.items():
+                got = posemb.sinusoidal(n, dim, start=777, layout=lay, dtype=np.float64)
+                np.testing.assert_array_equal(got, w)
+                np.testing.assert_array_equal(
+                    posemb.sinusoidal(n, dim, start=777, layout=lay), w.astype(np.float32))
+    finally:
+        posemb.set_num_threads(old)
+
+
+def test_table_out_bad_arguments():
+    with pytest.raises(ValueError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.empty((4, 7), np.float32))
+    with pytest.raises(ValueError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.empty(24, np.float32))
+    ro = np.empty((4, 6), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out"):
+        posemb.sinusoidal(4, 6, out=ro)
+    with pytest.raises(TypeError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.empty((4, 6), np.int32))
+    with pytest.raises(TypeError, match="out"):
+        posemb.sinusoidal(4, 6, out=np.zeros((4, 6)).tolist())
+    with pytest.raises(TypeError, match="dtype"):
+        posemb.sinusoidal(4, 6, dtype=np.float32, out=np.empty((4, 6)))
+    with pytest.raises(TypeError, match="dtype"):
+        posemb.sinusoidal(4, 6, dtype=np.int8, out=np.empty((4, 6)))
+    assert posemb.sinusoidal(2, 2).dtype == np.float32          # still the default
 
 
 # ---------------------------------------------------------------- add_sinusoidal
@@ -226,6 +331,87 @@ def test_add_out_and_in_place(rng):
     np.testing.assert_array_equal(out, expect)
     assert posemb.add_sinusoidal(x, out=x) is x
     np.testing.assert_array_equal(x, expect)
+
+
+# ---------------------------------------------------------------- the (seq, dim) grid kernel
+
+def _add_ref(x, t):
+    """NumPy's x + t, float16 x rounded once from a float64 sum."""
+    if x.dtype == np.float16:
+        return (x.astype(np.float64) + t).astype(np.float16)
+    return x + t
+
+
+def _table_for(x, rng):
+    t_dtype = np.float64 if x.dtype == np.float16 else x.dtype
+    return rng.standard_normal(x.shape[-2:]).astype(t_dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(3, 20, 33), (20, 33), (2, 3, 7, 5), (1, 1, 9000),
+                                   (50, 1, 16), (4, 6000, 1)])
+def test_add_rows_matches_numpy(rng, dtype, shape):
+    """Tiles of whole rows, a row split into tiles (9000 features), one row
+    per batch shared out by batch groups (seq 1), more leading axes."""
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    t = _table_for(x, rng)
+    y = _core.sinusoidal_add_rows(x, t)
+    assert y.dtype == dtype and y.shape == x.shape
+    np.testing.assert_array_equal(y.view(np.uint8), _add_ref(x, t).view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_add_rows_strided_broadcast_and_in_place(rng, dtype):
+    big = (rng.standard_normal((3, 40, 90)) * 4).astype(dtype)
+    x = big[:, ::2, 1::3][:, :, ::-1]                # (3, 20, 30), no unit strides
+    t = _table_for(x, rng)
+    np.testing.assert_array_equal(_core.sinusoidal_add_rows(x, t), _add_ref(x, t))
+    out = np.zeros((3, 20, 60), dtype)[:, :, ::2]    # strided out
+    _core.sinusoidal_add_rows(x, t, out=out)
+    np.testing.assert_array_equal(out, _add_ref(x, t))
+    xb = np.broadcast_to(x[:1], (5, 20, 30))         # zero batch stride
+    np.testing.assert_array_equal(_core.sinusoidal_add_rows(xb, t), _add_ref(xb, t))
+    tb = np.broadcast_to(t[:1], t.shape)             # zero row stride in the table
+    np.testing.assert_array_equal(_core.sinusoidal_add_rows(x, tb), _add_ref(x, tb))
+    xc = np.ascontiguousarray(x)
+    expect = _add_ref(xc, t)
+    assert _core.sinusoidal_add_rows(xc, t, out=xc) is xc
+    np.testing.assert_array_equal(xc, expect)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_add_rows_transposed_grid(rng, dtype):
+    """Julia's (batch, features, seq): positions contiguous, the grid is
+    walked with the table read transposed."""
+    x = (rng.standard_normal((6, 70, 45)) * 4).astype(dtype)     # (batch, dim, seq)
+    t = _table_for(x.transpose(0, 2, 1), rng)                     # (seq, dim)
+    y = _core.sinusoidal_add_rows(x, t, axes=[(2, 1), (0, 1), (2, 1)])
+    np.testing.assert_array_equal(y, _add_ref(x, t.T))
+    out = np.empty_like(x)
+    _core.sinusoidal_add_rows(x, t, out=out, axes=[(2, 1), (0, 1), (2, 1)])
+    np.testing.assert_array_equal(out, y)
+
+
+@pytest.mark.parametrize("dtype, offset", [(np.float32, 0), (np.float32, 1), (np.float32, 3),
+                                           (np.float64, 0), (np.float64, 1)])
+def test_add_rows_streaming_large_out(rng, dtype, offset):
+    """An out-of-place output of >= 24 MiB takes the streaming-store path:
+    rows whose start is not vector-aligned (offset elements into a buffer),
+    an odd row length, and the same bits as NumPy's x + t."""
+    z = np.dtype(dtype).itemsize
+    shape = (max(1, (26 << 20) // (z * 300 * 1001)), 300, 1001)
+    x = rng.standard_normal(shape).astype(dtype)
+    t = rng.standard_normal(shape[1:]).astype(dtype)
+    buf = np.empty(x.size + 16, dtype)
+    out = buf[offset:offset + x.size].reshape(shape)
+    assert out.nbytes >= 24 << 20 and out.ctypes.data % 16 == (buf.ctypes.data + offset * z) % 16
+    assert _core.sinusoidal_add_rows(x, t, out=out) is out
+    np.testing.assert_array_equal(out, x + t)
+    # the same grid through the public entry points
+    pe = posemb.AbsolutePE(1001, 300, dtype=dtype)
+    np.testing.assert_array_equal(pe(x, out=out), x + pe.embeddings)
+    np.testing.assert_array_equal(posemb.add_sinusoidal(x, out=out),
+                                  x + posemb.sinusoidal(300, 1001, dtype=dtype))
 
 
 # ---------------------------------------------------------------- AbsolutePE
