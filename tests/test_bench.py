@@ -43,3 +43,23 @@ def test_bench_json_has_every_family_and_ratio():
             assert abs(r["torch_over_posemb"] - r["torch_s"] / r["posemb_s"]) < 1e-12
     sc = result["thread_scaling"]
     assert sc["threads"] >= 2 and sc["speedup"] == sc["t1_ms"] / sc["tn_ms"]
+
+
+def test_stream_limits_do_what_they_say():
+    """The limit passes: read leaves its input, scale multiplies by 1, fill
+    writes zeros, copy copies (sizes with vector tails; big enough to split
+    over the pool)."""
+    import numpy as np
+    from posemb import _core
+    rng = np.random.default_rng(0)
+    for n in (37, 1 << 20 | 5):
+        x = rng.standard_normal(n, dtype=np.float32)
+        keep = x.copy()
+        _core._stream("read", x)
+        _core._stream("scale", x)
+        np.testing.assert_array_equal(x, keep)
+        y = np.full_like(x, np.nan)
+        _core._stream("copy", x, y)
+        np.testing.assert_array_equal(y, keep)
+        _core._stream("fill", y)
+        np.testing.assert_array_equal(y, 0)
