@@ -190,11 +190,17 @@ def _sinusoidal_cases(quick: bool) -> list[Case]:
         def t_add() -> Any:
             return xt + pet
 
+    table = np.empty((n, d), np.float32)
     return [
         Case("sinusoidal", "sinusoidal table (float64-exact)", f"{n}x{d}",
              lambda: posemb.sinusoidal(n, d), limit=_fresh_fill((n, d)), limit_kind="fill",
              torch=t_fn, numpy=np_formula,
              note="torch/numpy: the seed's formula in float32/float64"),
+        Case("sinusoidal", "sinusoidal(out=) (reused)", f"{n}x{d}",
+             lambda: posemb.sinusoidal(n, d, out=table),
+             limit=lambda: _core._stream("fill", table), limit_kind="fill",
+             torch=t_fn, numpy=np_formula,
+             note="limit: filling the same reused buffer"),
         Case("sinusoidal", "add_sinusoidal out=", "8x512x1024",
              lambda: posemb.add_sinusoidal(x, out=y),
              limit=lambda: _core._stream("copy", x, y), limit_kind="copy",
