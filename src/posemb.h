@@ -26,6 +26,9 @@
  * target has no FMA, so every path gives the same bits.  The few AVX-512F
  * kernels (sinusoidal.c) are written with explicit intrinsics, picked by
  * __builtin_cpu_supports, and a test checks the binary holds no FMA.
+ * Building with -DPOSEMB_NO_CLONES leaves only the portable C kernels (no
+ * clones, no intrinsics): .ci/portable.sh runs the suite on such a build,
+ * so the paths other CPUs take are tested here too.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
     defined(__ELF__) && !defined(POSEMB_NO_CLONES)

@@ -225,7 +225,7 @@ DEFINE_ROPE_DUP(back, double, f64)
  * 16-byte vector width (pe_rope_grid_fast checks); features past 2h are
  * copied.
  */
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(POSEMB_NO_CLONES)
 #include <immintrin.h>
 #define PE_ROPE_X86 1
 
