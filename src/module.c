@@ -991,7 +991,8 @@ learned_fwd_loop(char **args, npy_intp const *dims, npy_intp const *steps,
         const learned_kernel *k = (const learned_kernel *)data;
         /* a large out-of-place output: skip the read-for-ownership */
         const int stream = k->nt != NULL && L.y != L.x &&
-                           L.n * L.d * k->itemsize >= PE_STREAM_MIN_BYTES;
+                           L.n * L.d * k->itemsize >= PE_STREAM_MIN_BYTES &&
+                           pe_memory_resident(L.y + L.n / 2 * L.y_step);
         pe_learned_fwd_parallel(stream ? k->nt : k->fn, &L, k->itemsize);
     }
 }

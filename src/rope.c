@@ -671,7 +671,9 @@ void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int 
         const int streaming =
             !in_place && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
             ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
-            ALIGNED(g->y_s, 16);
+            ALIGNED(g->y_s, 16) &&
+            pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
+                               g->S / 2 * g->y_s);
         pe_rope_fn fast;
         if (streaming) {
             fast = rope_nt_x86[inter][back][f64][simd >= 2];

@@ -684,7 +684,8 @@ void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
 #if defined(PE_HAVE_NT)
     /* streaming stores: out of place, large, rows contiguous */
     if (kind != 2 && g->y != g->x && j.g.x_d == z && (j.g.t_d == z || j.gather) &&
-        j.g.y_d == z && g->B * g->S * g->D * z >= PE_ADD_STREAM_MIN_BYTES)
+        j.g.y_d == z && g->B * g->S * g->D * z >= PE_ADD_STREAM_MIN_BYTES &&
+        pe_memory_resident(g->y + g->B / 2 * g->y_b + g->S / 2 * g->y_s))
         j.nt = add_nt_row(kind);
 #endif
     /* a tile: whole rows if a row fits in the budget, else part of one */

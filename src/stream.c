@@ -9,9 +9,34 @@
  *
  * Contiguous buffers; parts of at least PE_PARALLEL_MIN_BYTES per thread.
  */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1   /* mincore */
+#endif
 #include <string.h>
 
 #include "posemb.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+
+int pe_memory_resident(const void *p)
+{
+    const long page = sysconf(_SC_PAGESIZE);
+    unsigned char v = 0;
+    if (page <= 0)
+        return 1;
+    if (mincore((void *)((uintptr_t)p & ~((uintptr_t)page - 1u)), 1, &v) != 0)
+        return 1;
+    return v & 1u;
+}
+#else
+int pe_memory_resident(const void *p)
+{
+    (void)p;
+    return 1;
+}
+#endif
 
 typedef struct { float *x; const char *src; char *dst; float a; } stream_job;
 
