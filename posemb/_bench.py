@@ -114,6 +114,11 @@ def _rope_cases(quick: bool) -> list[Case]:
                           lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),  # type: ignore[misc]
                           limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
+        cases.append(Case("rope", "apply_rope (new array)", label,
+                          lambda x=x, c=cos, s=sin: posemb.apply_rope(x, c, s),  # type: ignore[misc]
+                          limit=_fresh_copy(x), limit_kind="copy",
+                          torch=t_fn, numpy=np_formula,
+                          note="limit: a copy into a new array"))
     # decode step: one new token per head, table row from the cache
     q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)
     k = rng.standard_normal((1, 8, 1, 128), dtype=np.float32)
@@ -144,6 +149,16 @@ def _rope_cases(quick: bool) -> list[Case]:
 
 
 # ---------------------------------------------------------------- tables
+
+
+def _fresh_copy(x: np.ndarray) -> Fn:
+    """The limit for an out-of-place kernel returning a new array: a new
+    array, copied into on the pool."""
+    def copy() -> Any:
+        out = np.empty_like(x)
+        _core._stream("copy", x, out)
+        return out
+    return copy
 
 
 def _fresh_fill(shape: tuple[int, ...]) -> Fn:
