@@ -555,7 +555,6 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
     return 1;
 }
 
-/* items are (b, block) pairs; each runs every head over the block */
 /*
  * Ask for the first bytes of the next head's part of a block while this
  * head's runs: the hardware prefetcher starts afresh at every jump from one
@@ -572,6 +571,7 @@ static void prefetch_lines(const char *p, ptrdiff_t bytes)
 #endif
 }
 
+/* items are (b, block) pairs; each runs every head over the block */
 static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
     const rope_grid_job *job = (const rope_grid_job *)ctx;
@@ -580,6 +580,10 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         const ptrdiff_t b = t / job->blocks;
         const ptrdiff_t s0 = (t % job->blocks) * job->rows;
         const ptrdiff_t rows = g->S - s0 < job->rows ? g->S - s0 : job->rows;
+        /* the bytes of a head's part of the block, when they run forward */
+        const ptrdiff_t span = g->x_s > 0 && g->x_inner > 0
+                                   ? (rows - 1) * g->x_s + g->d * g->x_inner : 0;
+        const ptrdiff_t pf = span < job->prefetch ? span : job->prefetch;
         const pe_rope_fn fn =
             job->dup && rows_duplicated(g, b, s0, rows, job->itemsize) ? job->dup
                                                                        : job->fn;
@@ -601,7 +605,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             L.x = g->x + b * g->x_b + h * g->x_h + s0 * g->x_s;
             L.y = g->y + b * g->y_b + h * g->y_h + s0 * g->y_s;
             if (h + 1 < g->H)
-                prefetch_lines(L.x + g->x_h, job->prefetch);
+                prefetch_lines(L.x + g->x_h, pf);
             fn(&L);
         }
     }
