@@ -31,19 +31,8 @@
 /*
  * Rows read in an order the hardware prefetcher cannot guess (table rows
  * picked by position, the backward's bucketed tokens) start cold, so the
- * kernels fetch the next such row a little ahead of use.
+ * kernels fetch the next such row a little ahead of use (pe_prefetch).
  */
-#if defined(__GNUC__) || defined(__clang__)
-#define LEARNED_PREFETCH(p) __builtin_prefetch(p)
-#else
-#define LEARNED_PREFETCH(p) ((void)(p))
-#endif
-
-PE_INLINE void learned_prefetch(const void *p, ptrdiff_t nbytes)
-{
-    for (ptrdiff_t i = 0; i < nbytes; i += 64)
-        LEARNED_PREFETCH((const char *)p + i);
-}
 
 /* ------------------------------------------------------------------ */
 /* Forward: y = x + W[pos], gufunc (d),(),(m,d)->(d)                    */
@@ -157,7 +146,7 @@ static void learned_fwd_row_nt_##SUF(ptrdiff_t d, const T *x, const T *w,     \
     ptrdiff_t j = 0;                                                          \
     if (next != NULL)           /* the next table row, a line at a time */    \
         for (; j + line <= d; j += line) {                                    \
-            LEARNED_PREFETCH(next + j * (ptrdiff_t)sizeof(T));                \
+            pe_prefetch(next + j * (ptrdiff_t)sizeof(T), 1);                \
             for (ptrdiff_t i = j; i < j + line; i += W)                       \
                 _mm_stream_##PS(y + i, _mm_add_##PS(_mm_loadu_##PS(x + i),    \
                                                     _mm_loadu_##PS(w + i)));  \
@@ -320,7 +309,7 @@ static void learned_back_rows_##SUF(ptrdiff_t d, const TG *restrict src,      \
     for (ptrdiff_t c = 0; c < d; c += chunk) {                                \
         const ptrdiff_t e = d - c < chunk ? d - c : chunk;                    \
         if (next != NULL)                                                     \
-            learned_prefetch(next + c, e * (ptrdiff_t)sizeof(TG));            \
+            pe_prefetch(next + c, e * (ptrdiff_t)sizeof(TG));            \
         if (first)                                                            \
             for (ptrdiff_t i = c; i < c + e; i++)                             \
                 dst[i] = (TW)0 + CVT(src[i]);                                 \

@@ -50,6 +50,23 @@
 float pe_half_to_float(uint16_t h);
 uint16_t pe_float_to_half(float f);
 
+/*
+ * Ask for the cache lines of [p, p + nbytes) ahead of use: a hint that
+ * never faults, for reads the hardware prefetcher cannot guess (a jump to
+ * another head's rows, a table row picked by position).  [p, p + nbytes)
+ * must lie within one array.
+ */
+PE_INLINE void pe_prefetch(const void *p, ptrdiff_t nbytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (ptrdiff_t i = 0; i < nbytes; i += 64)
+        __builtin_prefetch((const char *)p + i);
+#else
+    (void)p;
+    (void)nbytes;
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* Thread pool (pool.c)                                                */
 /* ------------------------------------------------------------------ */
