@@ -38,6 +38,7 @@ def git_files(*paths):
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory):
+    pytest.importorskip("build")         # python -m build (the test extra has it)
     out = tmp_path_factory.mktemp("sdist")
     # the build requirements (setuptools, numpy) are installed: no isolated env to fetch
     proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation",
