@@ -58,7 +58,8 @@ def members(path):
 
 def test_sdist_has_every_source(sdist):
     have = members(sdist)
-    want = git_files("src", "posemb") | set(BUILD_FILES)
+    # the sources, and what the tests read (they must pass from the unpacked sdist)
+    want = git_files("src", "posemb", "tests", "examples", "docs", "benchmarks") | set(BUILD_FILES)
     assert want, "git ls-files found nothing"
     missing = sorted(want - have)
     assert not missing, f"the sdist lacks {missing}"
