@@ -617,6 +617,10 @@ class RoPE:
     ``positions`` (integers broadcastable to ``x.shape[:-1]``).  ``offset`` may
     be an integer array of shape ``(batch,)``: sequence ``b`` (axis 0 of ``x``)
     is at ``offset[b] .. offset[b]+seq-1`` (batched decoding with a KV cache).
+    The sequence axis is the second to last (HF's ``(batch, heads, seq,
+    head_dim)``); for Meta's / flash-attn's ``(batch, seq, heads, head_dim)``
+    pass ``seq_axis=1`` (to the call, :meth:`apply_qk` and :meth:`backward`):
+    without it such an array would be rotated along its heads axis.
 
     Examples
     --------
@@ -631,6 +635,9 @@ class RoPE:
     >>> q = np.ones((3, 8, 1, 64), np.float32)      # (batch, heads, seq, head_size)
     >>> rope(q, offset=np.array([7, 40, 3])).shape  # each sequence at its own position
     (3, 8, 1, 64)
+    >>> xm = np.ones((2, 100, 8, 64), np.float32)   # Meta: (batch, seq, heads, head_size)
+    >>> rope(xm, seq_axis=1).shape
+    (2, 100, 8, 64)
     """
 
     #: cache no more than this many bytes per table unless seq_len asks for more

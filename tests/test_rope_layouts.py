@@ -147,3 +147,20 @@ def test_torch_odd_head_size_matches_numpy():
     np.testing.assert_allclose(y.detach().numpy()[0], want, rtol=1e-6, atol=1e-6)
     y.sum().backward()
     np.testing.assert_allclose(x.grad[..., -1].numpy(), 1.0)   # the last feature passes
+
+
+def test_absolute_pe_square_layout_is_not_guessed(rng):
+    # (batch, seq, features) and Julia's (batch, features, seq) with seq ==
+    # embedding_size look alike: the default refuses instead of adding the
+    # table transposed
+    pe = posemb.AbsolutePE(16, 32, dtype=np.float64)
+    x = rng.standard_normal((2, 16, 16))
+    with pytest.raises(ValueError, match="pass seq_axis= and feature_axis="):
+        pe(x)
+    table = posemb.sinusoidal(16, 16, dtype=np.float64)
+    np.testing.assert_array_equal(pe(x, seq_axis=-2, feature_axis=-1), x + table)
+    np.testing.assert_array_equal(pe(x, seq_axis=-1, feature_axis=-2), x + table.T)
+    # the Julia layout of another length says which keywords to pass
+    with pytest.raises(ValueError, match="seq_axis=-1, feature_axis=-2"):
+        pe(rng.standard_normal((2, 16, 5)))
+    np.testing.assert_array_equal(pe(np.zeros((2, 5, 16))), np.broadcast_to(table[:5], (2, 5, 16)))
