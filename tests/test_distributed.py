@@ -25,6 +25,7 @@ def client():
         yield c
 
 
+@pytest.mark.slow        # ~4-10 s: two worker processes start (CI: pytest -m slow)
 def test_example_on_a_local_cluster(client):
     # worker processes, not threads of this one
     pids = set(client.run(os.getpid).values())
@@ -37,6 +38,7 @@ def test_example_on_a_local_cluster(client):
     assert all(e == 0.0 for e in errors.values()), errors
 
 
+@pytest.mark.slow
 def test_pickled_rope_on_workers(client):
     rope = posemb.RoPE(32, 16, interleaved=True,
                        scaling={"rope_type": "dynamic", "factor": 2.0},
