@@ -14,7 +14,8 @@ from setuptools import Extension, setup
 SOURCES = sorted(glob.glob("src/*.c"))
 
 if sys.platform == "win32":
-    COMPILE_ARGS = ["/O2", "/fp:precise"]
+    # /std:c11: the kernels use C11 (restrict, _Alignas); MSVC's default C is C89-ish
+    COMPILE_ARGS = ["/std:c11", "/O2", "/fp:precise"]
 else:
     COMPILE_ARGS = [
         "-std=c11",

@@ -44,7 +44,11 @@ def test_tour_notebook_is_stripped_and_visits_every_feature():
     order = ["posemb.apply_rope(", "interleaved=True", "posemb.RoPE(", "posemb.rope_config(",
              "posemb.sinusoidal(", "lpe.backward(", "posemb.t5_relative_bias(",
              "posemb.alibi_bias(", "posemb.causal_mask(", "posemb.scaled_dot_product_attention(",
-             "pt.apply_rotary_pos_emb(", "posemb.plot.sinusoidal(", "_bench.run("]
+             "pt.apply_rotary_pos_emb(", "posemb.plot.sinusoidal(", "posemb.bench("]
+    # a tour of the public API: no private modules
+    import re
+    private = re.findall(r"posemb\._(?!_)\w+|from posemb import _(?!_)\w+", source)
+    assert not private, private
     at = [source.find(s) for s in order]
     assert -1 not in at, [s for s, i in zip(order, at) if i == -1]
     assert at == sorted(at), "features out of order"
