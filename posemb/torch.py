@@ -57,6 +57,10 @@ __all__ = [
     "apply_rope",
     "apply_rotary_pos_emb",
     "RotaryEmbedding",
+    "apply_rotary_pos_emb_convention",
+    "apply_rotary_pos_emb_interleave",
+    "apply_rotary_pos_emb_gptj",
+    "create_sinusoidal_positions",
     "sinusoidal",
     "alibi_bias",
     "t5_relative_bias",
@@ -283,21 +287,320 @@ def _config_dict(config: Any) -> dict[str, Any]:
     raise TypeError(f"config must be a dict or a transformers config, got {type(config).__name__}")
 
 
-class RotaryEmbedding(nn.Module):
-    """Hugging Face's rotary module (``LlamaRotaryEmbedding``) on posemb's tables.
+def _convention(convention: Any) -> Any:
+    from posemb._conventions import RopeConvention
+    if convention is None:
+        return RopeConvention()
+    if isinstance(convention, RopeConvention):
+        return convention
+    return posemb.rope_convention(convention)
 
-    ``forward(x, position_ids) -> (cos, sin)``, each ``(batch, seq, rotary_dim)``
-    in ``x``'s dtype, exactly like transformers' module, so it drops into a
-    model next to :func:`apply_rotary_pos_emb`.  The tables come from a
-    :class:`posemb.RoPE` (angles in float64, rounded once -- transformers forms
-    them in float32 and drifts by ~1e-3 rad near position 32k), cached and
-    grown on demand; scaling dicts (``linear``, ``dynamic``, ``yarn``,
-    ``longrope``, ``llama3``) follow :func:`posemb.rope_scaling_parameters`,
-    their attention factor multiplying the tables as in transformers.
+
+def _apply_convention(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      conv: Any) -> torch.Tensor:
+    """Rotate ``x`` as the model family ``conv`` does, from its rotary module's tables."""
+    if conv.pairs == "half":
+        return apply_rope(x, cos, sin)
+    if conv.tables == "half":      # GLM, DeepSeek-V3: cat(c, c) -> repeat_interleave(c[:r/2], 2)
+        h = cos.shape[-1] // 2
+        cos = cos[..., :h].repeat_interleave(2, dim=-1)
+        sin = sin[..., :h].repeat_interleave(2, dim=-1)
+    y = apply_rope(x, cos, sin, interleaved=True)
+    if conv.output == "deinterleaved":   # DeepSeek-V3's apply_rotary_pos_emb_interleave
+        r = cos.shape[-1]
+        parts = [y[..., 0:r:2], y[..., 1:r:2]]
+        if r < y.shape[-1]:
+            parts.append(y[..., r:])
+        y = torch.cat(parts, dim=-1)
+    return y
+
+
+def apply_rotary_pos_emb_convention(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, convention: Any = None,
+                                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A model family's ``apply_rotary_pos_emb``, from its rotary module's tables, with autograd.
+
+    ``convention`` is a ``model_type`` (``"llama"``, ``"cohere"``, ``"glm4"``,
+    ``"deepseek_v3"``, ...), a config dict or a :class:`posemb.RopeConvention`
+    (see :func:`posemb.rope_convention`).  ``cos``/``sin`` are what that
+    family's rotary module (or :class:`RotaryEmbedding` built from its config)
+    returns, ``(batch, seq, width)``; they get a new axis at ``unsqueeze_dim``.
+    Cohere pairs ``(2i, 2i+1)`` with repeated tables; GLM takes the first half
+    of ``cat(c, c)`` tables and repeats it; DeepSeek-V3 does the same and
+    returns the rotated features de-interleaved (``apply_rotary_pos_emb_interleave``).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> cfg = {"model_type": "glm4", "hidden_size": 64, "num_attention_heads": 2}
+    >>> rotary = pt.RotaryEmbedding(cfg)
+    >>> q, k = torch.randn(1, 2, 5, 32), torch.randn(1, 2, 5, 32)
+    >>> cos, sin = rotary(q, torch.arange(5)[None])
+    >>> cos.shape                               # partial rotary: 0.5 of head_dim 32
+    torch.Size([1, 5, 16])
+    >>> qe, ke = pt.apply_rotary_pos_emb_convention(q, k, cos, sin, "glm4")
+    >>> bool(torch.equal(qe[..., 16:], q[..., 16:]))
+    True
+    """
+    conv = _convention(convention)
+    _check(q, "q")
+    _check(k, "k")
+    _check(cos, "cos")
+    _check(sin, "sin")
+    unsqueeze_dim = posemb._checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**63))
+    if not -(cos.ndim + 1) <= unsqueeze_dim <= cos.ndim:
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
+                         f"{tuple(cos.shape)}")
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return _apply_convention(q, cos, sin, conv), _apply_convention(k, cos, sin, conv)
+
+
+def apply_rotary_pos_emb_interleave(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, position_ids: Any = None,
+                                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for DeepSeek-V3's ``apply_rotary_pos_emb_interleave``, with autograd.
+
+    ``q``/``k`` hold interleaved pairs ``(2i, 2i+1)``; ``cos``/``sin`` are the
+    half-split ``cat(c, c)`` tables of :class:`RotaryEmbedding`; the result
+    holds the rotated even features then the rotated odd ones, as in
+    transformers.  ``position_ids`` is unused.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> q = torch.randn(1, 2, 3, 8)
+    >>> cos, sin = pt.RotaryEmbedding(dim=8)(q, torch.arange(3)[None])
+    >>> qe, _ = pt.apply_rotary_pos_emb_interleave(q, q, cos, sin)
+    >>> bool(torch.allclose(qe[0, 0, 0], torch.cat([q[0, 0, 0, 0::2], q[0, 0, 0, 1::2]])))
+    True
+    """
+    del position_ids
+    return apply_rotary_pos_emb_convention(q, k, cos, sin, "deepseek_v3", unsqueeze_dim)
+
+
+def create_sinusoidal_positions(num_pos: int, dim: int, *, base: float = 10000.0,
+                                precision: str = "exact") -> torch.Tensor:
+    """GPT-J/CodeGen's ``embed_positions`` buffer: ``cat(sin, cos)``, ``(num_pos, dim)``.
+
+    Angles ``p * base ** (-2i/dim)`` for ``i < dim // 2``; ``precision="exact"``
+    rounds each value once from float64, ``"float32"`` follows transformers'
+    ``create_sinusoidal_positions`` (float32 frequencies and products,
+    PyTorch's float32 ``sin``/``cos``) bit for bit.  Use with
+    :func:`apply_rotary_pos_emb_gptj`.
+
+    Examples
+    --------
+    >>> import posemb.torch as pt
+    >>> pt.create_sinusoidal_positions(2048, 64).shape
+    torch.Size([2048, 64])
+    """
+    from posemb import _rope_precision as rp
+    rp.check_precision(precision)
+    n = posemb._checks.size(num_pos, "num_pos")
+    d = posemb._checks.even_size(dim, "dim")
+    if precision == "float32":
+        inv = rp.float32_rope_parameters(d, float(base), {"rope_type": "default"},
+                                         max_position_embeddings=None, power=_torch_power)[0]
+        ang = torch.arange(n, dtype=torch.int64).float()[:, None] * torch.from_numpy(inv)
+        return torch.cat((torch.sin(ang), torch.cos(ang)), dim=1)
+    if precision == "bfloat16":
+        raise ValueError("precision='bfloat16' is the Go walk-through's recipe for "
+                         "precompute_freqs_cis; GPT-J tables support 'exact' and 'float32'")
+    cos, sin = posemb.rope_cos_sin(np.arange(n), d, base, dtype=np.float32)
+    return torch.from_numpy(np.concatenate([sin[:, :d // 2], cos[:, :d // 2]], axis=1))
+
+
+def apply_rotary_pos_emb_gptj(tensor: torch.Tensor, sin: torch.Tensor,
+                              cos: torch.Tensor) -> torch.Tensor:
+    """Drop-in for GPT-J/CodeGen's ``apply_rotary_pos_emb(tensor, sin, cos)``, with autograd.
+
+    ``tensor`` is ``(batch, seq, heads, rotary_dim)``, ``sin``/``cos`` are
+    ``(batch, seq, rotary_dim // 2)`` (halves of the ``embed_positions``
+    rows); pairs ``(2i, 2i+1)`` rotate by angle ``i`` (``rotate_every_two``).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> sincos = pt.create_sinusoidal_positions(16, 8)[None, :5]      # (1, 5, 8)
+    >>> sin, cos = sincos[..., :4], sincos[..., 4:]
+    >>> pt.apply_rotary_pos_emb_gptj(torch.randn(1, 5, 3, 8), sin, cos).shape
+    torch.Size([1, 5, 3, 8])
+    """
+    _check(tensor, "tensor")
+    _check(sin, "sin")
+    _check(cos, "cos")
+    sin = sin[:, :, None, :].repeat_interleave(2, dim=3)
+    cos = cos[:, :, None, :].repeat_interleave(2, dim=3)
+    return apply_rope(tensor, cos, sin, interleaved=True)
+
+
+def _torch_power(base: Any, exponents: Any) -> np.ndarray:
+    """float32 ``base ** exponents`` computed by PyTorch (as transformers does)."""
+    b = torch.tensor(base, dtype=torch.float32)
+    e = torch.from_numpy(np.ascontiguousarray(exponents)) if isinstance(exponents, np.ndarray) \
+        else exponents
+    return (b ** e).numpy()
+
+
+class _LayerRope:
+    """One layer type's RoPE in a :class:`RotaryEmbedding`."""
+
+    def __init__(self, rope: Any, precision: str) -> None:
+        from posemb import _rope_precision as rp
+        self.rope = rope
+        self.rope_type = rope.scaling["rope_type"]
+        self.attention_scaling = float(rope.attention_factor)
+        self.original_max_seq_len = rope.max_position_embeddings
+        self.max_seq_len_cached = rope.max_position_embeddings or rope.seq_len
+        self.precision = precision
+        self.inv_freq32 = None
+        if precision == "float32":
+            self.inv_freq32, self.attention_scaling = rp.float32_rope_parameters(
+                rope.rotary_dim, rope.base, rope.scaling,
+                max_position_embeddings=rope.max_position_embeddings, power=_torch_power)
+            self.original_inv_freq32 = self.inv_freq32
+
+    def inv_freq(self) -> np.ndarray:
+        if self.inv_freq32 is not None:
+            return self.inv_freq32
+        return self.rope.inv_freq
+
+    def update(self, seq_len: int) -> None:
+        """transformers' ``dynamic_frequency_update``: keep the longest length's frequencies."""
+        if self.rope_type != "dynamic" or self.original_max_seq_len is None:
+            return
+        from posemb import _rope_precision as rp
+        if seq_len > self.max_seq_len_cached:       # growth
+            self.max_seq_len_cached = seq_len
+            if self.precision == "float32":
+                self.inv_freq32, _ = rp.float32_rope_parameters(
+                    self.rope.rotary_dim, self.rope.base, self.rope.scaling,
+                    max_position_embeddings=self.original_max_seq_len, seq_len=seq_len,
+                    power=_torch_power)
+        if seq_len < self.original_max_seq_len < self.max_seq_len_cached:   # reset
+            self.max_seq_len_cached = self.original_max_seq_len
+            if self.precision == "float32":
+                self.inv_freq32 = self.original_inv_freq32
+
+    def _mrope_positions(self, pos: np.ndarray, mrope: Any) -> np.ndarray:
+        if pos.ndim == 2:
+            return np.broadcast_to(pos, (len(mrope[0]),) + pos.shape)
+        if pos.ndim != 3 or pos.shape[0] != len(mrope[0]):
+            raise ValueError(f"position_ids for M-RoPE must have shape ({len(mrope[0])}, batch, "
+                             f"seq) or (batch, seq), got {pos.shape}")
+        return pos
+
+    def tables(self, pos: np.ndarray, dtype: torch.dtype, repeat: bool,
+               mrope: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        rope = self.rope
+        top = int(pos.max()) + 1 if pos.size else 0
+        self.update(top)
+        if self.precision == "float32" or self.precision == "bfloat16":
+            return self._framework_tables(pos, top, dtype, repeat, mrope)
+        seq_len = self.max_seq_len_cached if self.rope_type == "dynamic" else top
+        if self.rope_type == "dynamic" and seq_len <= (self.original_max_seq_len or 0):
+            seq_len = None
+        np_dt = np.float64 if dtype == torch.bfloat16 else _np_dtype(dtype)
+        kw = dict(scaling=rope.scaling, max_position_embeddings=rope.max_position_embeddings,
+                  dtype=np_dt, interleaved=repeat)
+        if mrope is not None:
+            sections, interleaved_m = mrope
+            cos, sin = posemb.mrope_cos_sin(self._mrope_positions(pos, mrope), rope.rotary_dim,
+                                            sections, rope.base, mrope_interleaved=interleaved_m,
+                                            **kw)
+        elif self.rope_type == "dynamic":
+            cos, sin = posemb.rope_cos_sin(pos, rope.rotary_dim, rope.base, seq_len=seq_len, **kw)
+        else:
+            cos, sin = rope.cos_sin(pos, dtype=np_dt) if repeat == rope.interleaved else \
+                posemb.rope_cos_sin(pos, rope.rotary_dim, rope.base, **kw)
+        return _tensor(cos, dtype), _tensor(sin, dtype)
+
+    def _framework_tables(self, pos: np.ndarray, top: int, dtype: torch.dtype, repeat: bool,
+                          mrope: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        from posemb import _rope_precision as rp
+        rope = self.rope
+        if self.precision == "bfloat16":
+            if rope.scaling["rope_type"] != "default" or mrope is not None:
+                raise ValueError("precision='bfloat16' (the Go walk-through's recipe) supports "
+                                 "unscaled, single-axis RoPE only")
+            inv = rp.bfloat16_inv_freq(rope.rotary_dim, rope.base)
+            ang = torch.from_numpy(rp.bfloat16_angles(pos, inv)).double()
+            attention = 1.0
+        else:
+            inv_np = self.inv_freq32
+            attention = self.attention_scaling
+            if self.rope_type == "longrope":
+                inv_np, attention = rp.float32_rope_parameters(
+                    rope.rotary_dim, rope.base, rope.scaling,
+                    max_position_embeddings=rope.max_position_embeddings, seq_len=top,
+                    power=_torch_power)
+            inv = torch.from_numpy(inv_np)
+            if mrope is not None:
+                p3 = torch.from_numpy(np.ascontiguousarray(self._mrope_positions(pos, mrope)))
+                freqs = p3[..., None].float() * inv          # (3, batch, seq, r/2)
+                sections, interleaved_m = mrope
+                if interleaved_m:
+                    axes = posemb._rope_variants._mrope_interleaved_axes(list(sections))
+                else:
+                    axes = np.repeat(np.arange(len(sections)), sections)
+                idx = torch.from_numpy(axes)
+                ang = freqs.permute(*range(1, freqs.ndim), 0)  # (batch, seq, r/2, 3)
+                ang = ang.gather(-1, idx.expand(ang.shape[:-1])[..., None])[..., 0]
+            else:
+                ang = torch.from_numpy(np.ascontiguousarray(pos)).float()[..., None] * inv
+        emb = ang.repeat_interleave(2, dim=-1) if repeat else torch.cat((ang, ang), dim=-1)
+        if self.precision == "bfloat16":
+            cos = emb.cos().float() * attention
+            sin = emb.sin().float() * attention
+        else:
+            cos = emb.cos() * attention
+            sin = emb.sin() * attention
+        return cos.to(dtype), sin.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Hugging Face's rotary module (``LlamaRotaryEmbedding`` and kin) on posemb's tables.
+
+    ``forward(x, position_ids, layer_type=None) -> (cos, sin)``, each
+    ``(batch, seq, width)`` in ``x``'s dtype, laid out as the model family's own
+    module returns them, so it drops into a model next to
+    :func:`apply_rotary_pos_emb` (or :meth:`apply`, the family's own apply
+    function).  The tables come from a :class:`posemb.RoPE` (angles in
+    float64, rounded once -- transformers forms them in float32 and drifts by
+    ~1e-3 rad near position 32k), cached and grown on demand; scaling dicts
+    (every ``rope_type`` of transformers' ``ROPE_INIT_FUNCTIONS``) follow
+    :func:`posemb.rope_scaling_parameters`, their attention factor
+    multiplying the tables as in transformers.
 
     Give either a model ``config`` (a transformers config object or a parsed
-    ``config.json`` dict, read by :func:`posemb.rope_config`), or ``dim``
-    and friends.
+    ``config.json`` dict, read by :func:`posemb.rope_config` with the model
+    family's layout from :func:`posemb.rope_convention`), or ``dim`` and
+    friends.
+
+    **Layouts.**  Half-split ``cat(c, c)`` tables for most families; Cohere's
+    ``repeat_interleave(c, 2)`` tables; GLM and DeepSeek-V3 return ``cat(c,
+    c)`` and rotate interleaved pairs in their apply functions (:meth:`apply`
+    does the same).  ``interleaved=True``/``False`` overrides the family: pairs
+    ``(2i, 2i+1)`` with repeated tables, or half-split pairs.
+
+    **Per-layer-type RoPE** (Gemma 3 local/global, ModernBERT, nested
+    ``rope_parameters``): one table set per layer type; ``forward`` then needs
+    ``layer_type`` (``"full_attention"``, ``"sliding_attention"``), as
+    transformers' ``Gemma3RotaryEmbedding`` does.
+
+    **Multimodal RoPE** (Qwen2-VL ``mrope_section``, Qwen3-VL interleaved
+    ``mrope_interleaved``): ``position_ids`` of shape ``(3, batch, seq)`` (or
+    ``(batch, seq)``, used for all three axes) give the recomposed tables of
+    transformers' ``Qwen2VLRotaryEmbedding``/``Qwen3VLTextRotaryEmbedding``.
+
+    **Dynamic NTK state.**  Like transformers' ``dynamic_rope_update``, the
+    module keeps the frequencies of the longest sequence it has seen: a
+    6000-token call after a 10000-token call (``max_position_embeddings``
+    4096) still uses the 10000-token base; a call shorter than
+    ``max_position_embeddings`` resets it.  The functional API
+    (:func:`posemb.rope_cos_sin`, :class:`posemb.RoPE`) stays per call: its
+    frequencies depend only on that call's positions.
 
     Parameters
     ----------
@@ -313,17 +616,25 @@ class RotaryEmbedding(nn.Module):
         ``rope_theta``.
     scaling : dict, optional
         A transformers ``rope_scaling`` dict.
-    interleaved : bool
-        Tables for the interleaved layout (use ``apply_rope(..., interleaved=True)``).
+    interleaved : bool, optional
+        Override the layout (default: the config's family, else half-split).
+    precision : {"exact", "float32", "bfloat16"}
+        ``"exact"`` (default): float64 angles rounded once.  ``"float32"``:
+        transformers' own float32 computation (inverse frequencies, angles,
+        PyTorch's ``cos``/``sin``), bit for bit.  ``"bfloat16"``: the Go
+        walk-through's bfloat16 recipe (unscaled RoPE only).
 
     Attributes
     ----------
     inv_freq : torch.Tensor
-        float32 buffer, ``(rotary_dim // 2,)`` (computed in float64), as in transformers.
+        float32 buffer, ``(rotary_dim // 2,)``, as in transformers (for a
+        per-layer-type module, ``<layer_type>_inv_freq``).
     attention_scaling : float
         The yarn/longrope attention factor (1.0 otherwise).
     rope : posemb.RoPE
         The NumPy module that makes and caches the tables.
+    convention : posemb.RopeConvention
+        The layout in use.
 
     Examples
     --------
@@ -338,48 +649,101 @@ class RotaryEmbedding(nn.Module):
     >>> cos, sin = rotary(x, torch.arange(100, 107)[None].expand(2, 7))
     >>> cos.shape, cos.dtype
     (torch.Size([2, 7, 64]), torch.bfloat16)
+    >>> gemma3 = {"model_type": "gemma3_text", "head_dim": 16, "hidden_size": 64,
+    ...           "num_attention_heads": 4, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+    ...           "max_position_embeddings": 512}
+    >>> rotary = pt.RotaryEmbedding(gemma3)
+    >>> cos, sin = rotary(x, torch.arange(7)[None], layer_type="sliding_attention")
+    >>> cos.shape
+    torch.Size([1, 7, 16])
     """
 
     inv_freq: torch.Tensor
 
     def __init__(self, config: Any = None, device: Any = None, *, dim: int | None = None,
                  max_position_embeddings: int = 2048, base: float = 10000.0,
-                 scaling: Any = None, interleaved: bool = False) -> None:
+                 scaling: Any = None, interleaved: bool | None = None,
+                 precision: str = "exact") -> None:
         super().__init__()
+        from dataclasses import replace
+
+        from posemb import _rope_precision as rp
         _check_device(device)
+        self.precision = rp.check_precision(precision)
+        conv = _convention(None)
+        ropes: dict[Any, Any] = {}
+        self.mrope: Any = None
         if config is not None:
             if dim is not None or scaling is not None:
                 raise TypeError("give either config or dim/scaling, not both")
-            rope = posemb.rope_config(_config_dict(config), dtype=np.float32)
-            if interleaved:
-                rope = posemb.RoPE(rope.head_size, rope.seq_len, base=rope.base,
-                                   interleaved=True, rotary_dim=rope.rotary_dim,
-                                   scaling=None if rope.scaling["rope_type"] == "default"
-                                   else rope.scaling,
-                                   max_position_embeddings=rope.max_position_embeddings)
+            cfg = _config_dict(config)
+            text = cfg.get("text_config")
+            if isinstance(text, Mapping) and cfg.get("hidden_size") is None \
+                    and cfg.get("head_dim") is None:
+                cfg = dict(_config_dict(text), model_type=cfg.get("model_type"))
+            conv = posemb.rope_convention(cfg)
+            if interleaved is not None:
+                conv = replace(conv, pairs="interleaved" if interleaved else "half",
+                               tables="repeat" if interleaved else "half", output="pairs")
+            table_repeat = conv.tables != "half"
+            layers = posemb.layer_rope_parameters(cfg)
+            if layers is None:
+                ropes[None] = posemb.rope_config(cfg, dtype=np.float32, interleaved=table_repeat)
+            else:
+                for lt in layers:
+                    r = posemb.rope_config(cfg, dtype=np.float32, layer_type=lt,
+                                           interleaved=table_repeat)
+                    if r is not None:
+                        ropes[lt] = r
+            params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+            if isinstance(params, Mapping) and params.get("mrope_section") is not None:
+                mi = bool(params.get("mrope_interleaved")) or \
+                    str(cfg.get("model_type", "")).startswith("qwen3_vl")
+                self.mrope = (list(params["mrope_section"]), mi)
         else:
             if dim is None:
                 raise TypeError("RotaryEmbedding needs a config or dim")
             max_pos = posemb._checks.size(max_position_embeddings, "max_position_embeddings",
                                           minimum=1)
-            rope = posemb.RoPE(dim, min(max_pos, 4096), base=base, interleaved=interleaved,
-                               scaling=scaling, max_position_embeddings=max_pos)
-        self.rope = rope
-        self.dim = rope.rotary_dim
-        self.rope_type = rope.scaling["rope_type"]
-        self.attention_scaling = float(rope.attention_factor)
-        self.max_seq_len_cached = rope.seq_len
-        self.original_max_seq_len = rope.max_position_embeddings
-        self.register_buffer("inv_freq", torch.from_numpy(rope.inv_freq.astype(np.float32)),
-                             persistent=False)
+            if interleaved:
+                conv = replace(conv, pairs="interleaved", tables="repeat")
+            ropes[None] = posemb.RoPE(dim, min(max_pos, 4096), base=base,
+                                      interleaved=bool(interleaved), scaling=scaling,
+                                      max_position_embeddings=max_pos)
+        self.convention = conv
+        self.interleaved = conv.interleaved
+        self._layers = {key: _LayerRope(r, self.precision) for key, r in ropes.items()}
+        self.layer_types = [k for k in self._layers if k is not None]
+        first = next(iter(self._layers.values()))
+        self.rope = first.rope
+        self.dim = first.rope.rotary_dim
+        self.original_max_seq_len = first.original_max_seq_len
+        if None in self._layers:
+            self.rope_type = first.rope_type
+            self.attention_scaling = first.attention_scaling
+            self.register_buffer("inv_freq", torch.from_numpy(
+                np.asarray(first.inv_freq(), np.float32).copy()), persistent=False)
+        else:
+            self.rope_type = {k: v.rope_type for k, v in self._layers.items()}
+            for k, v in self._layers.items():
+                self.register_buffer(f"{k}_inv_freq", torch.from_numpy(
+                    np.asarray(v.inv_freq(), np.float32).copy()), persistent=False)
+                setattr(self, f"{k}_attention_scaling", v.attention_scaling)
+
+    @property
+    def max_seq_len_cached(self) -> int:
+        """The length whose dynamic-NTK frequencies are in use (transformers' attribute)."""
+        return next(iter(self._layers.values())).max_seq_len_cached
 
     def extra_repr(self) -> str:
-        return repr(self.rope)
+        return f"{self.rope!r}, precision={self.precision!r}"
 
-    def forward(self, x: torch.Tensor, position_ids: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, position_ids: Any,
+                layer_type: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` for ``position_ids`` (``(batch, seq)``), in ``x``'s dtype.
 
-        ``x`` only gives the dtype (and must be on the CPU).
+        ``x`` only gives the dtype (and must be on the CPU).  ``layer_type``
+        selects the table set of a per-layer-type config.
 
         Examples
         --------
@@ -390,11 +754,49 @@ class RotaryEmbedding(nn.Module):
         """
         _check(x, "x")
         pos = _positions(position_ids, "position_ids")
-        if x.dtype == torch.bfloat16:      # round once, from float64
-            cos, sin = self.rope.cos_sin(pos, dtype=np.float64)
-            return _tensor(cos, torch.bfloat16), _tensor(sin, torch.bfloat16)
-        cos, sin = self.rope.cos_sin(pos, dtype=_np_dtype(x.dtype))
-        return _tensor(cos), _tensor(sin)
+        if self.layer_types:
+            if layer_type is None:
+                raise ValueError(f"this rotary module has one RoPE per layer type "
+                                 f"{self.layer_types}: pass layer_type=")
+            if layer_type not in self._layers:
+                raise ValueError(f"layer_type {layer_type!r} has no RoPE here (NoPE or unknown); "
+                                 f"expected one of {self.layer_types}")
+            layer = self._layers[layer_type]
+        else:
+            layer = self._layers[None]
+        before = layer.max_seq_len_cached
+        cos, sin = layer.tables(pos, x.dtype, self.convention.tables != "half", self.mrope)
+        if layer.max_seq_len_cached != before and layer.rope_type == "dynamic":
+            name = "inv_freq" if layer_type is None or not self.layer_types \
+                else f"{layer_type}_inv_freq"
+            if layer.precision == "float32":
+                inv = np.asarray(layer.inv_freq(), np.float32)
+            else:
+                inv = posemb.rope_inv_freq(
+                    layer.rope.rotary_dim, layer.rope.base, scaling=layer.rope.scaling,
+                    max_position_embeddings=layer.rope.max_position_embeddings,
+                    seq_len=layer.max_seq_len_cached).astype(np.float32)
+            setattr(self, name, torch.from_numpy(inv.copy()))
+        return cos, sin
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """This model family's ``apply_rotary_pos_emb`` on tables from :meth:`forward`.
+
+        See :func:`apply_rotary_pos_emb_convention`.
+
+        Examples
+        --------
+        >>> import torch, posemb.torch as pt
+        >>> rotary = pt.RotaryEmbedding({"model_type": "cohere", "hidden_size": 32,
+        ...                              "num_attention_heads": 2})
+        >>> q = torch.randn(1, 2, 4, 16)
+        >>> cos, sin = rotary(q, torch.arange(4)[None])
+        >>> qe, ke = rotary.apply(q, q, cos, sin)
+        >>> qe.shape
+        torch.Size([1, 2, 4, 16])
+        """
+        return apply_rotary_pos_emb_convention(q, k, cos, sin, self.convention, unsqueeze_dim)
 
 
 # ---------------------------------------------------------------- sinusoidal
