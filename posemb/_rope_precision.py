@@ -186,3 +186,29 @@ def bfloat16_angles(positions: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
     """``Outer(t, freqs)`` with bfloat16 ``t``: float32 products truncated to bfloat16."""
     t = bf16_truncate(positions.astype(np.float32))
     return bf16_truncate(t[..., None] * inv_freq.astype(np.float32))
+
+
+def framework_cos_sin(positions: np.ndarray, dim: int, base: float, scaling: Mapping[str, Any],
+                      *, interleaved: bool, dtype: np.dtype, precision: str,
+                      max_position_embeddings: int | None,
+                      seq_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Full-width tables by a framework's recipe (``precision`` "float32" or "bfloat16")."""
+    if precision == "float32":
+        if (scaling["rope_type"] == "dynamic" and max_position_embeddings is not None
+                and (seq_len is None or seq_len <= max_position_embeddings)):
+            seq_len = None      # transformers keeps the construction-time frequencies
+        inv, attention = float32_rope_parameters(dim, base, scaling,
+                                                 max_position_embeddings=max_position_embeddings,
+                                                 seq_len=seq_len)
+        cos, sin = float32_cos_sin(float32_angles(positions, inv), attention)
+    else:
+        if scaling["rope_type"] != "default":
+            raise ValueError("precision='bfloat16' (the Go walk-through's recipe) has no "
+                             f"scaling; got rope_type {scaling['rope_type']!r}")
+        angles = bfloat16_angles(positions, bfloat16_inv_freq(dim, base)).astype(np.float64)
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    if interleaved:
+        cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
+    else:
+        cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+    return cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)

@@ -63,6 +63,8 @@ __all__ = [
     "create_sinusoidal_positions",
     "sinusoidal",
     "alibi_bias",
+    "build_alibi_tensor",
+    "build_mpt_alibi_tensor",
     "t5_relative_bias",
     "LearnedPositionalEmbedding",
 ]
@@ -897,6 +899,59 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     bias = posemb.alibi_bias(slopes_or_num_heads, query_length, key_length,
                              symmetric=symmetric, query_offset=query_offset, dtype=np_dt)
     return _tensor(bias, out_dtype)
+
+
+def build_alibi_tensor(attention_mask: torch.Tensor, num_heads: int,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """Drop-in for BLOOM's ``build_alibi_tensor``: ALiBi with padding-aware positions.
+
+    Each key's position counts only the real tokens before it
+    (``(attention_mask.cumsum(-1) - 1) * attention_mask``: left padding does
+    not shift the positions of the real tokens), times Press's slope of each
+    head (:func:`posemb.alibi_slopes`, in float32).  Returns
+    ``(batch * num_heads, 1, seq)`` in ``dtype``, as transformers' does (the
+    query-independent form: softmax ignores the per-row constant).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> mask = torch.tensor([[0, 0, 1, 1, 1]])                 # two padding tokens
+    >>> pt.build_alibi_tensor(mask, 2, torch.float32)[0, 0].tolist()
+    [0.0, 0.0, 0.0, 0.0625, 0.125]
+    """
+    _check(attention_mask, "attention_mask", floating=False)
+    if attention_mask.ndim != 2:
+        raise ValueError(f"attention_mask must be (batch, seq), got {tuple(attention_mask.shape)}")
+    if dtype not in _FLOATS:
+        raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
+    batch, seq = attention_mask.shape
+    mask = attention_mask.detach().to(torch.int64)
+    positions = (mask.cumsum(dim=-1) - 1) * mask
+    slopes = torch.from_numpy(posemb.alibi_slopes(num_heads, dtype=np.float32))
+    alibi = slopes[None, :, None] * positions[:, None, :]
+    return alibi.reshape(batch * slopes.shape[0], 1, seq).to(dtype)
+
+
+def build_mpt_alibi_tensor(num_heads: int, sequence_length: int, alibi_bias_max: float = 8,
+                           device: Any = None) -> torch.Tensor:
+    """Drop-in for MPT's ``build_mpt_alibi_tensor``: ``(num_heads, 1, sequence_length)``.
+
+    ``bias[h, 0, j] = m_h * (j - (sequence_length - 1))`` with the slopes
+    ``2 ** (-alibi_bias_max * (h + 1) / c)`` (:func:`posemb.alibi_slopes`
+    with ``alibi_bias_max``), float32.
+
+    Examples
+    --------
+    >>> import posemb.torch as pt
+    >>> pt.build_mpt_alibi_tensor(2, 3, alibi_bias_max=8)[:, 0].tolist()
+    [[-0.125, -0.0625, 0.0], [-0.0078125, -0.00390625, 0.0]]
+    """
+    _check_device(device)
+    n = posemb._checks.size(sequence_length, "sequence_length")
+    slopes = torch.from_numpy(posemb.alibi_slopes(num_heads, dtype=np.float32,
+                                                  alibi_bias_max=alibi_bias_max))
+    distance = torch.arange(1 - n, 1, dtype=torch.int32)
+    return (distance[None, None, :] * slopes[:, None, None])
 
 
 # ---------------------------------------------------------------- T5
