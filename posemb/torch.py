@@ -37,6 +37,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +63,9 @@ __all__ = [
     "apply_rotary_pos_emb_gptj",
     "create_sinusoidal_positions",
     "sinusoidal",
+    "relative_embeddings",
+    "RelativePositionEmbedding",
+    "apply_multimodal_rotary_pos_emb",
     "alibi_bias",
     "build_alibi_tensor",
     "build_mpt_alibi_tensor",
@@ -805,11 +809,18 @@ class RotaryEmbedding(nn.Module):
 
 
 def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
-               layout: str = "interleaved", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+               layout: str = "interleaved", dtype: torch.dtype = torch.float32,
+               spacing: str = "vaswani", padding_idx: int | None = None) -> torch.Tensor:
     """The sinusoidal table as a tensor: :func:`posemb.sinusoidal` (no gradient).
 
     ``(seq_len, dim)``, every value computed in float64 and rounded once to
-    ``dtype`` (bfloat16 included).
+    ``dtype`` (bfloat16 included).  ``spacing="fairseq"`` gives fairseq's
+    ``SinusoidalPositionalEmbedding.get_embedding`` (also transformers'
+    M2M100/FSMT/Speech2Text): frequencies ``base ** (-i / (h - 1))`` for
+    ``i < h = dim // 2`` (the last one exactly ``1/base``), the
+    ``[sin | cos]`` order (``layout="concat"``, required), a zero last column
+    for odd ``dim``, and the row of position ``padding_idx`` all zeros
+    (fairseq's positions then start at ``padding_idx + 1``).
 
     Examples
     --------
@@ -817,12 +828,191 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
     >>> pe = pt.sinusoidal(100, 16)
     >>> pe.shape, pe.dtype, pe[0, :4].tolist()
     (torch.Size([100, 16]), torch.float32, [0.0, 1.0, 0.0, 1.0])
+    >>> fs = pt.sinusoidal(10, 8, layout="concat", spacing="fairseq", padding_idx=1)
+    >>> fs[1].abs().sum().item(), round(fs[3, 3].item(), 6)       # row 1 zero; sin(3 * 1e-4)
+    (0.0, 0.0003)
     """
     if dtype not in _FLOATS:
         raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
+    if spacing not in ("vaswani", "fairseq"):
+        raise ValueError(f"spacing must be 'vaswani' or 'fairseq', got {spacing!r}")
     np_dt = np.float64 if dtype == torch.bfloat16 else _np_dtype(dtype)
-    table = posemb.sinusoidal(seq_len, dim, base=base, start=start, layout=layout, dtype=np_dt)
+    if spacing == "vaswani":
+        table = posemb.sinusoidal(seq_len, dim, base=base, start=start, layout=layout,
+                                  dtype=np_dt)
+    else:
+        if layout != "concat":
+            raise ValueError("spacing='fairseq' uses fairseq's [sin | cos] order: pass "
+                             "layout='concat'")
+        n = posemb._checks.size(seq_len, "seq_len")
+        d = posemb._checks.size(dim, "dim")
+        b = posemb._checks.positive_float(base, "base")
+        first = posemb._checks.size(start, "start")
+        h = d // 2
+        if h < 2:
+            raise ValueError(f"spacing='fairseq' needs dim >= 4 (it divides by dim // 2 - 1), "
+                             f"got {d}")
+        freqs = np.exp(np.arange(h, dtype=np.float64) * -(math.log(b) / (h - 1)))
+        angles = (first + np.arange(n, dtype=np.float64))[:, None] * freqs
+        table = np.zeros((n, d), dtype=np.float64)
+        table[:, :h], table[:, h:2 * h] = np.sin(angles), np.cos(angles)
+        table = table.astype(np_dt)
+    if padding_idx is not None:
+        row = posemb._checks.size(padding_idx, "padding_idx") - int(start)
+        if 0 <= row < table.shape[0]:
+            table[row] = 0
     return _tensor(table, dtype)
+
+
+# ---------------------------------------------------------------- Shaw relative embeddings
+
+
+class _ShawEmbed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, table: torch.Tensor, q: int, k: int) -> torch.Tensor:
+        work = _work_dtype(table.dtype)
+        out = posemb.relative_embeddings(_view(table, work), q, k)
+        ctx.args = (q, k, (table.shape[0] - 1) // 2, table.dtype, work)
+        return _tensor(out, table.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        q, k, K, dtype, work = ctx.args
+        g = posemb.relative_embeddings_backward(_view(grad, work), K, q, k)
+        return _tensor(g, dtype), None, None
+
+
+def relative_embeddings(table: torch.Tensor, query_length: int, key_length: int, *,
+                        max_left: int | None = None,
+                        max_right: int | None = None) -> torch.Tensor:
+    """Shaw et al. relative position embeddings ``(query, key, dim)`` with the gradient to the table.
+
+    ``out[i, j] = table[clip(j - p_i, -L, R) + L]`` with the queries at the
+    last ``query_length`` key positions (``p_i = key_length - query_length +
+    i``).  Symmetric clipping (``L = R = K``, ``table`` of ``2K + 1`` rows)
+    runs :func:`posemb.relative_embeddings` and its backward (a scatter-add
+    summed in float64).  ``max_left``/``max_right`` give asymmetric limits,
+    as Wav2Vec2-BERT's ``left_max_position_embeddings`` /
+    ``right_max_position_embeddings`` (``table`` of ``L + R + 1`` rows,
+    ``distance_embedding``).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> table = torch.nn.Parameter(torch.randn(5, 4))            # K = 2
+    >>> e = pt.relative_embeddings(table, 6, 6)
+    >>> e.shape
+    torch.Size([6, 6, 4])
+    >>> e.sum().backward()
+    >>> table.grad[:, 0].tolist()             # cells at distance <= -2, -1, 0, 1, >= 2
+    [10.0, 5.0, 6.0, 5.0, 10.0]
+    >>> w = torch.nn.Parameter(torch.randn(4, 2))                  # left 1, right 2
+    >>> pt.relative_embeddings(w, 3, 3, max_left=1, max_right=2)[0, 2].tolist() == w[3].tolist()
+    True
+    """
+    _check(table, "table")
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (rows, dim), got {tuple(table.shape)}")
+    q = posemb._checks.size(query_length, "query_length")
+    k = posemb._checks.size(key_length, "key_length")
+    if max_left is None and max_right is None:
+        return _ShawEmbed.apply(table, q, k)
+    if max_left is None or max_right is None:
+        raise TypeError("give both max_left and max_right (or neither: symmetric clipping)")
+    left = posemb._checks.size(max_left, "max_left")
+    right = posemb._checks.size(max_right, "max_right")
+    if table.shape[0] != left + right + 1:
+        raise ValueError(f"table must have max_left + max_right + 1 = {left + right + 1} rows, "
+                         f"got {table.shape[0]}")
+    pos = np.arange(k - q, k, dtype=np.int64)[:, None]
+    index = np.clip(np.arange(k, dtype=np.int64)[None, :] - pos, -left, right) + left
+    return table[torch.from_numpy(index)]
+
+
+class RelativePositionEmbedding(nn.Module):
+    """A trainable Shaw relative-position table (``(L + R + 1, dim)``), with its gradient.
+
+    ``forward(query_length, key_length) -> (query, key, dim)``: see
+    :func:`relative_embeddings`.  ``max_relative_position=K`` is the
+    symmetric case (Shaw et al., tensor2tensor); ``max_left``/``max_right``
+    the asymmetric one (Wav2Vec2-BERT).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> rel = pt.RelativePositionEmbedding(16, max_relative_position=4)
+    >>> rel(10, 10).shape, rel.weight.shape
+    (torch.Size([10, 10, 16]), torch.Size([9, 16]))
+    >>> w2v = pt.RelativePositionEmbedding(16, max_left=64, max_right=8)
+    >>> w2v.weight.shape
+    torch.Size([73, 16])
+    """
+
+    def __init__(self, embedding_dim: int, max_relative_position: int | None = None, *,
+                 max_left: int | None = None, max_right: int | None = None,
+                 dtype: torch.dtype | None = None, device: Any = None) -> None:
+        super().__init__()
+        _check_device(device)
+        if max_relative_position is not None:
+            if max_left is not None or max_right is not None:
+                raise TypeError("give max_relative_position or max_left/max_right, not both")
+            k = posemb._checks.size(max_relative_position, "max_relative_position")
+            self.max_left = self.max_right = None
+            rows = 2 * k + 1
+        else:
+            if max_left is None or max_right is None:
+                raise TypeError("give max_relative_position, or both max_left and max_right")
+            self.max_left = posemb._checks.size(max_left, "max_left")
+            self.max_right = posemb._checks.size(max_right, "max_right")
+            rows = self.max_left + self.max_right + 1
+        dim = posemb._checks.size(embedding_dim, "embedding_dim")
+        self.weight = nn.Parameter(torch.empty(rows, dim, dtype=dtype))
+        nn.init.normal_(self.weight)
+
+    def forward(self, query_length: int, key_length: int) -> torch.Tensor:
+        """The ``(query_length, key_length, dim)`` embeddings.
+
+        Examples
+        --------
+        >>> import posemb.torch as pt
+        >>> pt.RelativePositionEmbedding(2, 1)(1, 3).shape
+        torch.Size([1, 3, 2])
+        """
+        return relative_embeddings(self.weight, query_length, key_length,
+                                   max_left=self.max_left, max_right=self.max_right)
+
+
+def apply_multimodal_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, mrope_section: Any,
+                                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for Qwen2-VL/Qwen2.5-Omni's ``apply_multimodal_rotary_pos_emb``, with autograd.
+
+    ``cos``/``sin`` are per-axis tables ``(3, batch, seq, head_dim)`` (temporal,
+    height, width); frequency band section ``j`` (in both halves) comes from
+    ``cos[j % 3]``, then the half-split rotation is applied.
+    :class:`RotaryEmbedding` built from such a config returns the selected
+    ``(batch, seq, head_dim)`` tables directly.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> cos, sin = torch.randn(3, 1, 4, 16), torch.randn(3, 1, 4, 16)
+    >>> q = torch.randn(1, 2, 4, 16, requires_grad=True)
+    >>> qe, ke = pt.apply_multimodal_rotary_pos_emb(q, q, cos, sin, [2, 3, 3])
+    >>> qe.shape
+    torch.Size([1, 2, 4, 16])
+    """
+    _check(cos, "cos")
+    _check(sin, "sin")
+    sections = [posemb._checks.size(s, "mrope_section") for s in mrope_section]
+    if cos.ndim < 1 or cos.shape[-1] != 2 * sum(sections):
+        raise ValueError(f"cos/sin must end in 2 * sum(mrope_section) = {2 * sum(sections)} "
+                         f"features, got shape {tuple(cos.shape)}")
+    split = sections * 2
+    cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(split, dim=-1))], dim=-1)
+    sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(split, dim=-1))], dim=-1)
+    return apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
 
 
 # ---------------------------------------------------------------- ALiBi
@@ -901,16 +1091,32 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     return _tensor(bias, out_dtype)
 
 
+def _bloom_float32_slopes(num_heads: int) -> torch.Tensor:
+    """BLOOM's ``_get_alibi_slopes``: float32 powers of a float32-rounded base."""
+    c = 1 << (num_heads.bit_length() - 1)
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(c) - 3))), dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + c, dtype=torch.int32))
+    if c != num_heads:
+        extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * c) - 3))), dtype=torch.float32)
+        n = min(c, num_heads - c)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * n, 2,
+                                                                   dtype=torch.int32))])
+    return slopes
+
+
 def build_alibi_tensor(attention_mask: torch.Tensor, num_heads: int,
-                       dtype: torch.dtype) -> torch.Tensor:
+                       dtype: torch.dtype, *, precision: str = "exact") -> torch.Tensor:
     """Drop-in for BLOOM's ``build_alibi_tensor``: ALiBi with padding-aware positions.
 
     Each key's position counts only the real tokens before it
     (``(attention_mask.cumsum(-1) - 1) * attention_mask``: left padding does
     not shift the positions of the real tokens), times Press's slope of each
-    head (:func:`posemb.alibi_slopes`, in float32).  Returns
-    ``(batch * num_heads, 1, seq)`` in ``dtype``, as transformers' does (the
-    query-independent form: softmax ignores the per-row constant).
+    head (:func:`posemb.alibi_slopes`, exact, rounded once to float32).
+    Returns ``(batch * num_heads, 1, seq)`` in ``dtype``, as transformers'
+    does (the query-independent form: softmax ignores the per-row constant).
+    ``precision="float32"`` computes the slopes as BLOOM does (float32 powers
+    of a rounded base: an ulp away for head counts such as 16, whose slopes
+    are not powers of two), bit for bit.
 
     Examples
     --------
@@ -924,10 +1130,15 @@ def build_alibi_tensor(attention_mask: torch.Tensor, num_heads: int,
         raise ValueError(f"attention_mask must be (batch, seq), got {tuple(attention_mask.shape)}")
     if dtype not in _FLOATS:
         raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
+    if precision not in ("exact", "float32"):
+        raise ValueError(f"precision must be 'exact' or 'float32', got {precision!r}")
     batch, seq = attention_mask.shape
     mask = attention_mask.detach().to(torch.int64)
     positions = (mask.cumsum(dim=-1) - 1) * mask
-    slopes = torch.from_numpy(posemb.alibi_slopes(num_heads, dtype=np.float32))
+    if precision == "float32":
+        slopes = _bloom_float32_slopes(posemb._checks.size(num_heads, "num_heads", minimum=1))
+    else:
+        slopes = torch.from_numpy(posemb.alibi_slopes(num_heads, dtype=np.float32))
     alibi = slopes[None, :, None] * positions[:, None, :]
     return alibi.reshape(batch * slopes.shape[0], 1, seq).to(dtype)
 

@@ -19,6 +19,7 @@ Run ``python tests/test_conformance.py`` to print the measured differences.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import math
 
@@ -239,7 +240,9 @@ def swapped(name: str, model, precision: str = "float32"):
                     query_offset=int(past_seen_tokens))[None]
             patch(mod.T5Attention, "compute_bias", compute_bias)
         elif mt == "bloom":
-            patch(mod, "build_alibi_tensor", pt.build_alibi_tensor)
+            patch(mod, "build_alibi_tensor",
+                  functools.partial(pt.build_alibi_tensor,
+                                    precision="exact" if precision == "exact" else "float32"))
         elif mt == "mpt":
             patch(mod, "build_mpt_alibi_tensor", pt.build_mpt_alibi_tensor)
         elif mt in ("gptj", "codegen"):
@@ -535,6 +538,122 @@ def test_rope_cos_sin_float32_precision_matches_transformers():
     assert np.abs(oc - rc[0].numpy()).max() <= 2.0 ** -24
     assert np.abs(os_ - rs[0].numpy()).max() <= 2.0 ** -24
     assert np.abs(exact - rc[0].numpy()).max() > 1e-4     # the float32 drift is real
+
+
+@pytest.mark.parametrize("name", [f for f in ROTARY if "vl" not in f])
+def test_numpy_rope_config_rotates_like_transformers(name):
+    """posemb.rope_config(config.json) in the NumPy API: the family's rotation."""
+    mt = FAMILIES[name]["model_type"]
+    kw = {"layer_type": "full_attention"} if mt == "gemma3_text" else {}
+    rope = posemb.rope_config(FAMILIES[name], dtype=np.float64, **kw)
+    g = torch.Generator().manual_seed(8)
+    pos = torch.arange(100, 109)[None]
+    q = torch.randn(1, 4, 9, rope.head_size, generator=g, dtype=torch.float64)
+    model = hf_model(name)
+    if mt in ("gptj", "codegen"):
+        attn = next(m for m in model.modules() if hasattr(m, "embed_positions"))
+        sincos = attn.embed_positions[pos].double()
+        sin, cos = sincos.chunk(2, dim=-1)
+        x = q.transpose(1, 2)                                 # GPT-J's (batch, seq, heads, dim)
+        r = rope.rotary_dim
+        rot = _module(name).apply_rotary_pos_emb(x[..., :r], sin, cos)
+        ref = torch.cat([rot, x[..., r:]], dim=-1).transpose(1, 2)
+    else:
+        cos, sin = _rotary_owner(model).rotary_emb(q, pos, *(
+            ("full_attention",) if mt == "gemma3_text" else ()))
+        fname, _ = posemb_apply(name)
+        ref, _ = getattr(_module(name), fname)(q, q, cos, sin)
+        if mt == "deepseek_v3":     # transformers returns the rotated features de-interleaved
+            ours = torch.from_numpy(rope(q.numpy(), offset=100))
+            ours = torch.cat([ours[..., 0::2], ours[..., 1::2]], dim=-1)
+            assert _maxdiff(ours, ref) < 1e-5
+            return
+    ours = rope(q.numpy(), offset=100)
+    assert _maxdiff(torch.from_numpy(ours), ref) < 1e-5      # float32 tables vs exact ones
+    wrong = posemb.rope_config(FAMILIES[name], dtype=np.float64,
+                               interleaved=not rope.interleaved, **kw)(q.numpy(), offset=100)
+    assert _maxdiff(torch.from_numpy(wrong), ref) > 0.1       # the pair order matters
+
+
+def test_fairseq_sinusoid_and_padding_row():
+    mod = importlib.import_module("transformers.models.m2m_100.modeling_m2m_100")
+    for dim in (16, 17):
+        ref = mod.M2M100SinusoidalPositionalEmbedding.get_embedding(40, dim, padding_idx=1)
+        ours = pt.sinusoidal(40, dim, layout="concat", spacing="fairseq", padding_idx=1)
+        assert ours.shape == ref.shape
+        assert torch.equal(ours[1], torch.zeros(dim)) and torch.equal(ref[1], torch.zeros(dim))
+        assert _maxdiff(ours, ref) < 40 * 2.0 ** -22         # float32 angle drift in transformers
+    exact = np.exp(-np.arange(8) * np.log(10000.0) / 7)   # last frequency exactly 1/base
+    assert np.allclose(pt.sinusoidal(2, 16, layout="concat", spacing="fairseq")[1, :8].numpy(),
+                       np.sin(exact), rtol=0, atol=1e-7)
+
+
+def test_asymmetric_relative_clipping_as_wav2vec2_bert():
+    from types import SimpleNamespace
+    mod = importlib.import_module("transformers.models.wav2vec2_bert.modeling_wav2vec2_bert")
+    torch.manual_seed(5)
+    left, right, dim = 6, 2, 8
+    emb = torch.nn.Embedding(left + right + 1, dim)
+    fake = SimpleNamespace(left_max_position_embeddings=left, right_max_position_embeddings=right,
+                           distance_embedding=emb, scaling=0.25)
+    query = torch.randn(2, 3, 11, dim)
+    _, ref = mod._apply_relative_key_position_encoding(fake, query, query)
+    ref.sum().backward()
+    ref_grad = emb.weight.grad.clone()
+    emb.weight.grad = None
+    pos = pt.relative_embeddings(emb.weight, 11, 11, max_left=left, max_right=right)
+    ours = torch.einsum("bhld,lrd->bhlr", query, pos) * 0.25
+    ours.sum().backward()
+    assert torch.equal(ours, ref)
+    assert _maxdiff(emb.weight.grad, ref_grad) < 1e-5
+
+
+def test_trainable_shaw_table_gradient():
+    torch.manual_seed(6)
+    table = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)       # K = 3
+    weights = torch.randn(5, 9, 4, dtype=torch.float64)
+    (pt.relative_embeddings(table, 5, 9) * weights).sum().backward()
+    ours = table.grad.clone()
+    table.grad = None
+    index = torch.from_numpy(posemb.relative_position_index(5, 9, 3))
+    (table[index] * weights).sum().backward()
+    assert torch.allclose(ours, table.grad, rtol=1e-12, atol=1e-12)
+    assert torch.equal(pt.relative_embeddings(table, 5, 9), table[index])
+
+
+@pytest.mark.parametrize("heads,bias_max", [(4, 8), (6, 8), (12, 16)])
+def test_mpt_alibi_bias_max(heads, bias_max):
+    mod = importlib.import_module("transformers.models.mpt.modeling_mpt")
+    ref = mod.build_mpt_alibi_tensor(heads, 10, alibi_bias_max=bias_max)
+    assert torch.equal(pt.build_mpt_alibi_tensor(heads, 10, alibi_bias_max=bias_max), ref)
+
+
+@pytest.mark.parametrize("heads", [4, 6, 16])
+def test_bloom_padding_aware_alibi(heads):
+    mod = importlib.import_module("transformers.models.bloom.modeling_bloom")
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [0, 1, 1, 0, 1, 1]])
+    ref = mod.build_alibi_tensor(mask, heads, torch.float32)
+    ours = pt.build_alibi_tensor(mask, heads, torch.float32)
+    # exact slopes: within an ulp of transformers' float32 powers (equal when they are
+    # powers of two); precision="float32": bit-equal
+    assert _maxdiff(ours, ref) <= (0.0 if heads in (4, 8) else 5 * 2.0 ** -23)
+    assert torch.equal(pt.build_alibi_tensor(mask, heads, torch.float32, precision="float32"),
+                       ref)
+
+
+def test_multimodal_apply_selects_sections():
+    torch.manual_seed(7)
+    pos = torch.stack([torch.arange(6), torch.arange(6) // 2, torch.arange(6) % 2])[:, None]
+    per_axis = [posemb.rope_cos_sin(p.numpy(), 16, 1e4) for p in pos]
+    cos = torch.from_numpy(np.stack([c for c, _ in per_axis]))
+    sin = torch.from_numpy(np.stack([s for _, s in per_axis]))
+    q = torch.randn(1, 2, 6, 16, requires_grad=True)
+    qe, _ = pt.apply_multimodal_rotary_pos_emb(q, q, cos, sin, [2, 3, 3])
+    mc, ms = posemb.mrope_cos_sin(pos.numpy(), 16, [2, 3, 3], 1e4)
+    ref = posemb.apply_rope(q.detach().numpy(), mc[:, None], ms[:, None])
+    assert np.array_equal(qe.detach().numpy(), ref)
+    qe.sum().backward()
+    assert q.grad is not None
 
 
 def report() -> None:  # pragma: no cover - run by hand
