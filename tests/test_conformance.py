@@ -171,7 +171,9 @@ def hf_config(name: str):
     return cfg
 
 
+@functools.lru_cache(maxsize=None)
 def hf_model(name: str):
+    """The tiny model, built once per family (tests restore whatever they swap)."""
     cfg = hf_config(name)
     torch.manual_seed(0)
     mt = FAMILIES[name]["model_type"]
