@@ -577,6 +577,44 @@ def test_numpy_rope_config_rotates_like_transformers(name):
     assert _maxdiff(torch.from_numpy(wrong), ref) > 0.1       # the pair order matters
 
 
+@pytest.mark.parametrize("name", [f for f in ROTARY if f not in ("gptj", "codegen")])
+def test_rotary_from_transformers_config_object(name):
+    """A transformers config object (v5 rope_parameters, nested for Gemma 3) works too."""
+    ref = _rotary_owner(hf_model(name)).rotary_emb
+    ours = pt.RotaryEmbedding(hf_config(name), precision="float32")
+    pos = _positions(name, 12, 5000)
+    for lt in list(getattr(ref, "layer_types", None) or [None]):
+        args = () if lt is None else (lt,)
+        for a, b in zip(ref(torch.zeros(1), pos, *args), ours(torch.zeros(1), pos, *args)):
+            assert torch.equal(a, b)
+
+
+def test_deepseek_v2_rope_config_rotates_like_transformers():
+    mod = importlib.import_module("transformers.models.deepseek_v2.modeling_deepseek_v2")
+    cfg = dict(TINY, model_type="deepseek_v2", num_key_value_heads=4, q_lora_rank=None,
+               kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+               max_position_embeddings=163840, rope_theta=10000.0,
+               rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                             "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                             "type": "yarn"})
+    hf = mod.DeepseekV2RotaryEmbedding(transformers.AutoConfig.for_model(
+        "deepseek_v2", **{k: v for k, v in cfg.items() if k != "model_type"}))
+    pos = torch.arange(30, 36)[None]
+    q = torch.randn(1, 4, 6, 8, generator=torch.Generator().manual_seed(9))
+    ref, _ = mod.apply_rotary_emb(q, q, hf(q, pos))
+    rope = posemb.rope_config(cfg)
+    assert rope.interleaved and rope.rotary_dim == 8
+    assert _maxdiff(torch.from_numpy(rope(q.numpy(), offset=30)), ref) < 1e-5
+
+
+def test_go_walkthrough_bfloat16_in_torch_module():
+    rotary = pt.RotaryEmbedding(dim=128, max_position_embeddings=8192, precision="bfloat16")
+    cos, sin = rotary(torch.zeros(1), torch.tensor([[8191]]))
+    ref_cos, ref_sin = posemb.rope_cos_sin(np.array([8191]), 128, precision="bfloat16")
+    assert np.array_equal(cos[0].numpy(), ref_cos) and np.array_equal(sin[0].numpy(), ref_sin)
+    assert cos[0, 0, 63] == np.float32(0.58865184)
+
+
 def test_fairseq_sinusoid_and_padding_row():
     mod = importlib.import_module("transformers.models.m2m_100.modeling_m2m_100")
     for dim in (16, 17):
