@@ -75,6 +75,17 @@ class RopeConvention:
     rotary_dim_key: str | None = None
     source: str = "models/llama/modeling_llama.py: LlamaRotaryEmbedding, apply_rotary_pos_emb"
 
+    def __post_init__(self) -> None:
+        for field, allowed in (("pairs", ("half", "interleaved")),
+                               ("tables", ("half", "repeat", "sincos", "complex")),
+                               ("output", ("pairs", "deinterleaved"))):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"RopeConvention {field} must be one of {allowed}, "
+                                 f"got {getattr(self, field)!r}")
+        f = self.partial_rotary_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+            raise ValueError(f"RopeConvention partial_rotary_factor must be in (0, 1], got {f!r}")
+
     @property
     def interleaved(self) -> bool:
         """True when pairs are ``(2i, 2i+1)``."""
@@ -170,10 +181,14 @@ def rope_convention(config: Any) -> RopeConvention:
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict (a parsed config.json) or a model_type string, "
                         f"got {type(config).__name__}")
+    from . import _checks
     name = model_type(config)
     conv = CONVENTIONS.get(name, _DEFAULT) if name is not None else _DEFAULT
-    if name in ("deepseek_v3", "kimi_k2") and config.get("rope_interleave", True) is False:
+    flag = config.get("rope_interleave")
+    if flag is not None:
+        flag = _checks.flag(flag, "config['rope_interleave']")
+    if name in ("deepseek_v3", "kimi_k2") and flag is False:
         conv = replace(conv, pairs="half", output="pairs")
-    elif name not in CONVENTIONS and config.get("rope_interleave") is True:
+    elif name not in CONVENTIONS and flag:
         conv = replace(conv, pairs="interleaved", output="pairs", tables="repeat")
     return conv

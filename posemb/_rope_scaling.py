@@ -155,7 +155,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     scaling : dict or None
         Hugging Face ``rope_scaling``: ``rope_type`` (or ``type``) one of
         ``default``, ``linear``, ``dynamic``, ``yarn``, ``longrope``,
-        ``llama3``, and that type's keys.
+        ``llama3``, ``proportional``, and that type's keys.
     max_position_embeddings : int, optional
         The model's ``max_position_embeddings``: required by ``dynamic``; used by
         ``yarn`` and ``longrope`` when ``scaling`` has no
@@ -372,6 +372,8 @@ def layer_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     >>> posemb.layer_rope_parameters({"rope_theta": 1e4}) is None
     True
     """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
     params = _get(config, "rope_parameters", "rope_scaling")
     declared = config.get("layer_types")
     names = set(_LAYER_TYPES) | (set(declared) if isinstance(declared, (list, tuple)) else set())
