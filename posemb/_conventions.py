@@ -97,7 +97,8 @@ _DEFAULT = RopeConvention()
 #: model_type -> convention (transformers 5.x modeling files)
 CONVENTIONS: dict[str, RopeConvention] = {
     "gpt_neox": RopeConvention(partial_rotary_factor=0.25,
-                               source="models/gpt_neox/modeling_gpt_neox.py: rotary_pct default 0.25"),
+                               source="models/gpt_neox/configuration_gpt_neox.py: "
+                                      "rotary_pct default 0.25"),
     "stablelm": RopeConvention(partial_rotary_factor=0.25,
                                source="models/stablelm/configuration_stablelm.py: default 0.25"),
     "phi": RopeConvention(partial_rotary_factor=0.5,

@@ -621,7 +621,9 @@ class RoPE:
         ``longrope``, ``llama3``; see :func:`rope_scaling_parameters`).  The
         yarn/longrope attention factor multiplies the tables.  ``dynamic`` and
         ``longrope`` pick their frequencies per call from the largest position
-        + 1, as HF's ``dynamic_rope_update`` does.
+        + 1 (for ``dynamic``, transformers' module instead keeps the frequencies
+        of the longest sequence it has seen; :class:`posemb.torch.RotaryEmbedding`
+        does the same).
     max_position_embeddings : int, optional
         The model's context length, for the scaling types that need it.
 

@@ -48,7 +48,7 @@ def numpy_power(base: Any, exponents: Any) -> np.ndarray:
     return (b ** np.asarray(exponents, dtype=np.float64)).astype(np.float32)
 
 
-Power = Callable[[Any, np.ndarray], np.ndarray]
+Power = Callable[[Any, Any], np.ndarray]
 
 
 def _default_inv(dim: int, base: float, power: Power, denom: int | None = None) -> np.ndarray:
@@ -82,7 +82,9 @@ def float32_rope_parameters(dim: int, base: float, scaling: Mapping[str, Any], *
         return inv / f32(factor), 1.0
     if rope_type == "dynamic":
         factor = float(scaling["factor"])
-        mpe = max_position_embeddings
+        if max_position_embeddings is None:
+            raise ValueError("scaling of rope_type 'dynamic' needs max_position_embeddings=")
+        mpe = int(max_position_embeddings)
         if seq_len is None:     # construction: Python floats
             length = mpe
             new_base = base * ((factor * length / mpe) - (factor - 1)) ** (dim / (dim - 2))

@@ -531,7 +531,7 @@ class _LayerRope:
                 raise ValueError("precision='bfloat16' (the Go walk-through's recipe) supports "
                                  "unscaled, single-axis RoPE only")
             inv = rp.bfloat16_inv_freq(rope.rotary_dim, rope.base)
-            ang = torch.from_numpy(rp.bfloat16_angles(pos, inv)).double()
+            ang: torch.Tensor = torch.from_numpy(rp.bfloat16_angles(pos, inv)).double()
             attention = 1.0
         else:
             inv_np = self.inv_freq32
@@ -541,10 +541,10 @@ class _LayerRope:
                     rope.rotary_dim, rope.base, rope.scaling,
                     max_position_embeddings=rope.max_position_embeddings, seq_len=top,
                     power=_torch_power)
-            inv = torch.from_numpy(inv_np)
+            inv_t = torch.from_numpy(inv_np)
             if mrope is not None:
                 p3 = torch.from_numpy(np.ascontiguousarray(self._mrope_positions(pos, mrope)))
-                freqs = p3[..., None].float() * inv          # (3, batch, seq, r/2)
+                freqs = p3[..., None].float() * inv_t        # (3, batch, seq, r/2)
                 sections, interleaved_m = mrope
                 if interleaved_m:
                     axes = posemb._rope_variants._mrope_interleaved_axes(list(sections))
@@ -554,7 +554,7 @@ class _LayerRope:
                 ang = freqs.permute(*range(1, freqs.ndim), 0)  # (batch, seq, r/2, 3)
                 ang = ang.gather(-1, idx.expand(ang.shape[:-1])[..., None])[..., 0]
             else:
-                ang = torch.from_numpy(np.ascontiguousarray(pos)).float()[..., None] * inv
+                ang = torch.from_numpy(np.ascontiguousarray(pos)).float()[..., None] * inv_t
         emb = ang.repeat_interleave(2, dim=-1) if repeat else torch.cat((ang, ang), dim=-1)
         if self.precision == "bfloat16":
             cos = emb.cos().float() * attention
@@ -571,10 +571,11 @@ class RotaryEmbedding(nn.Module):
     ``forward(x, position_ids, layer_type=None) -> (cos, sin)``, each
     ``(batch, seq, width)`` in ``x``'s dtype, laid out as the model family's own
     module returns them, so it drops into a model next to
-    :func:`apply_rotary_pos_emb` (or :meth:`apply`, the family's own apply
-    function).  The tables come from a :class:`posemb.RoPE` (angles in
-    float64, rounded once -- transformers forms them in float32 and drifts by
-    ~1e-3 rad near position 32k), cached and grown on demand; scaling dicts
+    :func:`apply_rotary_pos_emb` (or :meth:`apply_rotary_pos_emb`, the
+    family's own apply function).  The tables come from a
+    :class:`posemb.RoPE` (angles in float64, rounded once -- transformers
+    forms them in float32 and drifts by ~1e-3 rad near position 32k), cached
+    and grown on demand; scaling dicts
     (every ``rope_type`` of transformers' ``ROPE_INIT_FUNCTIONS``) follow
     :func:`posemb.rope_scaling_parameters`, their attention factor
     multiplying the tables as in transformers.
@@ -586,9 +587,10 @@ class RotaryEmbedding(nn.Module):
 
     **Layouts.**  Half-split ``cat(c, c)`` tables for most families; Cohere's
     ``repeat_interleave(c, 2)`` tables; GLM and DeepSeek-V3 return ``cat(c,
-    c)`` and rotate interleaved pairs in their apply functions (:meth:`apply`
-    does the same).  ``interleaved=True``/``False`` overrides the family: pairs
-    ``(2i, 2i+1)`` with repeated tables, or half-split pairs.
+    c)`` and rotate interleaved pairs in their apply functions
+    (:meth:`apply_rotary_pos_emb` does the same).  ``interleaved=True`` or
+    ``False`` overrides the family: pairs ``(2i, 2i+1)`` with repeated
+    tables, or half-split pairs.
 
     **Per-layer-type RoPE** (Gemma 3 local/global, ModernBERT, nested
     ``rope_parameters``): one table set per layer type; ``forward`` then needs
@@ -785,8 +787,9 @@ class RotaryEmbedding(nn.Module):
             setattr(self, name, torch.from_numpy(inv.copy()))
         return cos, sin
 
-    def apply(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-              unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    def apply_rotary_pos_emb(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                             sin: torch.Tensor,
+                             unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """This model family's ``apply_rotary_pos_emb`` on tables from :meth:`forward`.
 
         See :func:`apply_rotary_pos_emb_convention`.
@@ -798,7 +801,7 @@ class RotaryEmbedding(nn.Module):
         ...                              "num_attention_heads": 2})
         >>> q = torch.randn(1, 2, 4, 16)
         >>> cos, sin = rotary(q, torch.arange(4)[None])
-        >>> qe, ke = rotary.apply(q, q, cos, sin)
+        >>> qe, ke = rotary.apply_rotary_pos_emb(q, q, cos, sin)
         >>> qe.shape
         torch.Size([1, 2, 4, 16])
         """
@@ -886,7 +889,7 @@ class _ShawEmbed(torch.autograd.Function):
 def relative_embeddings(table: torch.Tensor, query_length: int, key_length: int, *,
                         max_left: int | None = None,
                         max_right: int | None = None) -> torch.Tensor:
-    """Shaw et al. relative position embeddings ``(query, key, dim)`` with the gradient to the table.
+    """Shaw et al. relative position embeddings ``(query, key, dim)``, with the table's gradient.
 
     ``out[i, j] = table[clip(j - p_i, -L, R) + L]`` with the queries at the
     last ``query_length`` key positions (``p_i = key_length - query_length +

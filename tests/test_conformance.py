@@ -290,7 +290,7 @@ def _run(name: str, model):
 
 
 def _maxdiff(a, b) -> float:
-    return float((a.double() - b.double()).abs().max())
+    return float((a.detach().double() - b.detach().double()).abs().max())
 
 
 def measure_tables(name: str, precision: str) -> float:
@@ -404,8 +404,15 @@ def test_deepseek_v3_interleaved_false_is_honoured():
     q, k = torch.randn(1, 2, 3, 8, generator=g), torch.randn(1, 1, 3, 8, generator=g)
     cos, sin = half(q, torch.arange(3)[None])
     ref = mod.apply_rotary_pos_emb(q, k, cos, sin)
-    got = half.apply(q, k, cos, sin)
+    got = half.apply_rotary_pos_emb(q, k, cos, sin)
     assert all(torch.equal(a, b) for a, b in zip(ref, got))
+
+
+def test_rotary_module_keeps_nn_module_apply():
+    """model.apply(init_fn) (transformers' post_init) must reach through posemb's module."""
+    seen = []
+    torch.nn.Sequential(pt.RotaryEmbedding(dim=8)).apply(lambda m: seen.append(type(m).__name__))
+    assert seen == ["RotaryEmbedding", "Sequential"]
 
 
 def test_gemma3_rope_config_needs_layer_type():
