@@ -132,12 +132,16 @@ CONVENTIONS: dict[str, RopeConvention] = {
                                          "default True)"),
 }
 CONVENTIONS["kimi_k2"] = CONVENTIONS["deepseek_v3"]
+CONVENTIONS["llama4_text"] = CONVENTIONS["llama4"] = RopeConvention(
+    "interleaved", "complex",
+    source="models/llama4/modeling_llama4.py: Llama4TextRotaryEmbedding (torch.polar), "
+           "apply_rotary_emb (view_as_complex); NoPE layers from no_rope_layers are not read")
 
 # configs without model_type: the architectures' class-name prefixes
 _ARCHITECTURES = (
     ("GPTJ", "gptj"), ("CodeGen", "codegen"), ("Cohere2", "cohere2"), ("Cohere", "cohere"),
     ("Glm4Moe", "glm4_moe"), ("Glm4", "glm4"), ("Glm", "glm"), ("DeepseekV3", "deepseek_v3"),
-    ("DeepseekV2", "deepseek_v2"), ("GPTNeoX", "gpt_neox"), ("StableLm", "stablelm"),
+    ("DeepseekV2", "deepseek_v2"), ("Llama4", "llama4"), ("GPTNeoX", "gpt_neox"), ("StableLm", "stablelm"),
     ("Phi3", "phi3"), ("Phi", "phi"),
 )
 

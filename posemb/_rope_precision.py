@@ -150,8 +150,9 @@ def float32_rope_parameters(dim: int, base: float, scaling: Mapping[str, Any], *
         low_wl, high_wl = old / low_ff, old / high_ff
         wavelen = f32(2 * math.pi) / inv
         llama = np.where(wavelen > f32(low_wl), inv / f32(factor), inv)
-        smooth = (f32(old) / wavelen - f32(low_ff)) / f32(high_ff - low_ff)
-        smoothed = (f32(1) - smooth) * llama / f32(factor) + smooth * llama
+        with np.errstate(divide="ignore", invalid="ignore"):   # Llama 4: high == low
+            smooth = (f32(old) / wavelen - f32(low_ff)) / f32(high_ff - low_ff)
+            smoothed = (f32(1) - smooth) * llama / f32(factor) + smooth * llama
         medium = ~(wavelen < f32(high_wl)) & ~(wavelen > f32(low_wl))
         return np.where(medium, smoothed, llama).astype(np.float32), 1.0
     raise ValueError(f"precision='float32' does not know rope_type {rope_type!r}")

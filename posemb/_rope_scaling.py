@@ -305,15 +305,17 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     factor = _real(cfg, "factor")
     low_ff = _real(cfg, "low_freq_factor")
     high_ff = _real(cfg, "high_freq_factor")
-    if high_ff <= low_ff:   # else Meta's apply_scaling and HF's formula disagree
+    if high_ff < low_ff:   # else Meta's apply_scaling and HF's formula disagree
         raise ValueError(
-            f"scaling['high_freq_factor'] must be greater than scaling['low_freq_factor'], got "
-            f"{high_ff} and {low_ff}")
+            f"scaling['high_freq_factor'] must not be less than scaling['low_freq_factor'], "
+            f"got {high_ff} and {low_ff}")
     orig = _length(cfg, "original_max_position_embeddings")
     low_wavelen = orig / low_ff
     high_wavelen = orig / high_ff
     wavelen = 2.0 * math.pi / plain
     inv = np.where(wavelen > low_wavelen, plain / factor, plain)
+    if high_ff == low_ff:   # Llama 4: no smooth band, a step at orig / low_freq_factor
+        return inv, 1.0
     smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1.0 - smooth) * inv / factor + smooth * inv
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)

@@ -61,6 +61,7 @@ __all__ = [
     "apply_rotary_pos_emb_convention",
     "apply_rotary_pos_emb_interleave",
     "apply_rotary_pos_emb_gptj",
+    "apply_rotary_emb",
     "create_sinusoidal_positions",
     "sinusoidal",
     "relative_embeddings",
@@ -385,6 +386,40 @@ def apply_rotary_pos_emb_interleave(q: torch.Tensor, k: torch.Tensor, cos: torch
     return apply_rotary_pos_emb_convention(q, k, cos, sin, "deepseek_v3", unsqueeze_dim)
 
 
+def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor, *,
+                     unsqueeze_dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for Meta's/Llama 4's/DeepSeek-V2's ``apply_rotary_emb``, with autograd.
+
+    Pairs ``(2i, 2i+1)`` of ``xq``/``xk`` are complex numbers multiplied by
+    ``freqs_cis`` (complex, ``(..., seq, head_dim // 2)``), here as the
+    interleaved rotation of posemb's kernels.  ``freqs_cis`` gets a new axis at
+    ``unsqueeze_dim``: the default ``-2`` fits ``(batch, seq, heads, head_dim)``
+    (Meta's ``(seq, d/2)`` and Llama 4's ``(batch, seq, d/2)`` tables); use
+    ``unsqueeze_dim=1`` for DeepSeek-V2's ``(batch, heads, seq, head_dim)``.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> angle = torch.arange(4.0)[:, None] * torch.tensor([1.0, 0.01])
+    >>> freqs_cis = torch.polar(torch.ones_like(angle), angle)           # (seq, d/2)
+    >>> xq = torch.randn(1, 4, 2, 4, requires_grad=True)                  # (batch, seq, heads, d)
+    >>> q, k = pt.apply_rotary_emb(xq, xq, freqs_cis)
+    >>> ref = torch.view_as_real(torch.view_as_complex(xq.detach().reshape(1, 4, 2, 2, 2))
+    ...                          * freqs_cis[:, None]).flatten(3)
+    >>> bool(torch.allclose(q, ref))
+    True
+    """
+    _check(xq, "xq")
+    _check(xk, "xk")
+    if not isinstance(freqs_cis, torch.Tensor) or not freqs_cis.is_complex():
+        raise TypeError("freqs_cis must be a complex torch.Tensor (polar(1, angle))")
+    f = freqs_cis.unsqueeze(unsqueeze_dim)
+    cos = f.real.repeat_interleave(2, dim=-1)
+    sin = f.imag.repeat_interleave(2, dim=-1)
+    return (apply_rope(xq, cos, sin, interleaved=True).to(xq.dtype),
+            apply_rope(xk, cos, sin, interleaved=True).to(xk.dtype))
+
+
 def create_sinusoidal_positions(num_pos: int, dim: int, *, base: float = 10000.0,
                                 precision: str = "exact") -> torch.Tensor:
     """GPT-J/CodeGen's ``embed_positions`` buffer: ``cat(sin, cos)``, ``(num_pos, dim)``.
@@ -498,12 +533,13 @@ class _LayerRope:
         return pos
 
     def tables(self, pos: np.ndarray, dtype: torch.dtype, repeat: bool,
-               mrope: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+               mrope: Any = None, polar: bool = False) -> Any:
+        """``(cos, sin)``, or ``polar(1, angle)`` (complex64, half width) when ``polar``."""
         rope = self.rope
         top = int(pos.max()) + 1 if pos.size else 0
         self.update(top)
         if self.precision == "float32" or self.precision == "bfloat16":
-            return self._framework_tables(pos, top, dtype, repeat, mrope)
+            return self._framework_tables(pos, top, dtype, repeat, mrope, polar)
         seq_len = self.max_seq_len_cached if self.rope_type == "dynamic" else top
         if self.rope_type == "dynamic" and seq_len <= (self.original_max_seq_len or 0):
             seq_len = None
@@ -520,10 +556,12 @@ class _LayerRope:
         else:
             cos, sin = rope.cos_sin(pos, dtype=np_dt) if repeat == rope.interleaved else \
                 posemb.rope_cos_sin(pos, rope.rotary_dim, rope.base, **kw)
+        if polar:
+            return torch.complex(_tensor(cos[..., 0::2]), _tensor(sin[..., 0::2]))
         return _tensor(cos, dtype), _tensor(sin, dtype)
 
     def _framework_tables(self, pos: np.ndarray, top: int, dtype: torch.dtype, repeat: bool,
-                          mrope: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                          mrope: Any, polar: bool) -> Any:
         from posemb import _rope_precision as rp
         rope = self.rope
         if self.precision == "bfloat16":
@@ -555,6 +593,10 @@ class _LayerRope:
                 ang = ang.gather(-1, idx.expand(ang.shape[:-1])[..., None])[..., 0]
             else:
                 ang = torch.from_numpy(np.ascontiguousarray(pos)).float()[..., None] * inv_t
+        if polar:   # torch.polar, as DeepSeek-V2's and Llama 4's modules compute it
+            if self.precision == "bfloat16":
+                ang = ang.float()
+            return torch.polar(torch.ones_like(ang), ang) * attention
         emb = ang.repeat_interleave(2, dim=-1) if repeat else torch.cat((ang, ang), dim=-1)
         if self.precision == "bfloat16":
             cos = emb.cos().float() * attention
@@ -591,6 +633,10 @@ class RotaryEmbedding(nn.Module):
     (:meth:`apply_rotary_pos_emb` does the same).  ``interleaved=True`` or
     ``False`` overrides the family: pairs ``(2i, 2i+1)`` with repeated
     tables, or half-split pairs.
+
+    DeepSeek-V2 and Llama 4, whose modules return complex ``freqs_cis =
+    polar(1, angle)`` of width ``r/2`` (complex64), get that from ``forward``
+    too; use :func:`apply_rotary_emb` with it.
 
     **Per-layer-type RoPE** (Gemma 3 local/global, ModernBERT, nested
     ``rope_parameters``): one table set per layer type; ``forward`` then needs
@@ -773,7 +819,9 @@ class RotaryEmbedding(nn.Module):
         else:
             layer = self._layers[None]
         before = layer.max_seq_len_cached
-        cos, sin = layer.tables(pos, x.dtype, self.convention.tables != "half", self.mrope)
+        complex_tables = self.convention.tables == "complex"
+        tables = layer.tables(pos, x.dtype, self.convention.tables != "half", self.mrope,
+                              polar=complex_tables)
         if layer.max_seq_len_cached != before and layer.rope_type == "dynamic":
             name = "inv_freq" if layer_type is None or not self.layer_types \
                 else f"{layer_type}_inv_freq"
@@ -785,7 +833,7 @@ class RotaryEmbedding(nn.Module):
                     max_position_embeddings=layer.rope.max_position_embeddings,
                     seq_len=layer.max_seq_len_cached).astype(np.float32)
             setattr(self, name, torch.from_numpy(inv.copy()))
-        return cos, sin
+        return tables  # (cos, sin), or DeepSeek-V2's / Llama 4's complex64 freqs_cis
 
     def apply_rotary_pos_emb(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                              sin: torch.Tensor,
