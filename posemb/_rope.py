@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
+from ._bfloat16 import accepts_bfloat16
 from ._rope_scaling import frequency_regime, normalize_scaling, rope_scaling_parameters
 
 __all__ = [
@@ -184,6 +185,7 @@ def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
     return cos.reshape(shape), sin.reshape(shape)
 
 
+@accepts_bfloat16(dtype_arg="dtype")
 def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
                  interleaved: bool = False, dtype: Any = np.float32,
                  scaling: Any = None, max_position_embeddings: int | None = None,
@@ -330,6 +332,7 @@ def _seq_axis(seq_axis: Any, ndim: int) -> int:
     return a
 
 
+@accepts_bfloat16("x", "cos", "sin")
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Rotate ``x`` by the tables: ``y = x*cos + rotate(x)*sin`` in one pass.
@@ -373,6 +376,7 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     return _run(_kind(interleaved, False), x, cos, sin, out)
 
 
+@accepts_bfloat16("grad", "cos", "sin")
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                         seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Gradient of :func:`apply_rope` with respect to ``x`` (its adjoint).
@@ -394,6 +398,7 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")
 
 
+@accepts_bfloat16("q", "k", "cos", "sin")
 def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any = None,
                          unsqueeze_dim: int = 1) -> tuple[Any, Any]:
     """Drop-in for Hugging Face's ``apply_rotary_pos_emb``.
@@ -635,6 +640,10 @@ class RoPE:
     ``positions`` (integers broadcastable to ``x.shape[:-1]``).  ``offset`` may
     be an integer array of shape ``(batch,)``: sequence ``b`` (axis 0 of ``x``)
     is at ``offset[b] .. offset[b]+seq-1`` (batched decoding with a KV cache).
+    The sequence axis is the second to last (HF's ``(batch, heads, seq,
+    head_dim)``); for Meta's / flash-attn's ``(batch, seq, heads, head_dim)``
+    pass ``seq_axis=1`` (to the call, :meth:`apply_qk` and :meth:`backward`):
+    without it such an array would be rotated along its heads axis.
 
     Examples
     --------
@@ -649,6 +658,9 @@ class RoPE:
     >>> q = np.ones((3, 8, 1, 64), np.float32)      # (batch, heads, seq, head_size)
     >>> rope(q, offset=np.array([7, 40, 3])).shape  # each sequence at its own position
     (3, 8, 1, 64)
+    >>> xm = np.ones((2, 100, 8, 64), np.float32)   # Meta: (batch, seq, heads, head_size)
+    >>> rope(xm, seq_axis=1).shape
+    (2, 100, 8, 64)
     """
 
     #: cache no more than this many bytes per table unless seq_len asks for more
@@ -880,6 +892,7 @@ class RoPE:
         method(np.moveaxis(x, sa, -2), positions, offset=offset, out=np.moveaxis(out, sa, -2))
         return out
 
+    @accepts_bfloat16("x")
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
@@ -891,6 +904,7 @@ class RoPE:
 
     forward = __call__
 
+    @accepts_bfloat16("q", "k")
     def apply_qk(self, q: Any, k: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, inplace: bool = False) -> tuple[Any, Any]:
         """Rotate queries and keys with one set of tables (grouped-query attention).
@@ -1037,6 +1051,7 @@ class RoPE:
         return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
                                  offset=offset, out=out)
 
+    @accepts_bfloat16("grad")
     def backward(self, grad: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.
