@@ -113,7 +113,8 @@ CONVENTIONS: dict[str, RopeConvention] = {
                              source="models/cohere/modeling_cohere.py: CohereRotaryEmbedding "
                                     "(repeat_interleave), rotate_half (x[..., ::2])"),
     "cohere2": RopeConvention("interleaved", "repeat",
-                              source="models/cohere2/modeling_cohere2.py: as Cohere"),
+                              source="models/cohere2/modeling_cohere2.py: as Cohere; its "
+                                     "full-attention layers skip RoPE (NoPE) in the attention"),
     "glm": RopeConvention("interleaved", "half", partial_rotary_factor=0.5,
                           source="models/glm/modeling_glm.py: apply_rotary_pos_emb "
                                  "(cos[..., :r/2].repeat_interleave(2)), rotate_half"),
