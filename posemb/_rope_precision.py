@@ -54,7 +54,7 @@ Power = Callable[[Any, Any], np.ndarray]
 def _default_inv(dim: int, base: float, power: Power, denom: int | None = None) -> np.ndarray:
     # 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
     denom = dim if denom is None else denom
-    exps = np.arange(0, dim, 2, dtype=np.float32) / f32(denom)
+    exps = np.arange(0, 2 * (dim // 2), 2, dtype=np.float32) / f32(denom)
     return f32(1.0) / power(f32(base), exps)
 
 
@@ -122,7 +122,7 @@ def float32_rope_parameters(dim: int, base: float, scaling: Mapping[str, Any], *
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
             high += 0.001
-        pos_freqs = power(f32(base), np.arange(0, dim, 2, dtype=np.float32) / f32(dim))
+        pos_freqs = power(f32(base), np.arange(0, 2 * (dim // 2), 2, dtype=np.float32) / f32(dim))
         extra = f32(1.0) / pos_freqs
         inter = f32(1.0) / (f32(factor) * pos_freqs)
         ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - f32(low)) / f32(high - low),
@@ -140,7 +140,7 @@ def float32_rope_parameters(dim: int, base: float, scaling: Mapping[str, Any], *
             attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
         key = "long_factor" if seq_len and seq_len > orig else "short_factor"
         ext = np.asarray(scaling[key], dtype=np.float32)
-        shape = np.arange(0, dim, 2, dtype=np.float32) / f32(dim)
+        shape = np.arange(0, 2 * (dim // 2), 2, dtype=np.float32) / f32(dim)
         return f32(1.0) / (ext * power(f32(base), shape)), float(attention)
     if rope_type == "llama3":
         inv = _default_inv(dim, base, power)
@@ -180,7 +180,7 @@ def bf16_truncate(x: Any) -> np.ndarray:
 def bfloat16_inv_freq(dim: int, base: float) -> np.ndarray:
     """The Go walk-through's ``freqs``: ``float32(1 / pow(theta, float64(val / dim)))``,
     ``val`` and the result stored as bfloat16."""
-    vals = bf16_truncate(np.arange(0, dim, 2, dtype=np.float32))
+    vals = bf16_truncate(np.arange(0, 2 * (dim // 2), 2, dtype=np.float32))
     ratio = (vals / f32(dim)).astype(np.float64)
     return bf16_truncate((1.0 / np.power(float(base), ratio)).astype(np.float32))
 
@@ -214,4 +214,8 @@ def framework_cos_sin(positions: np.ndarray, dim: int, base: float, scaling: Map
         cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
     else:
         cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+    if dim % 2:     # odd width: the unpaired last feature passes through (cos 1, sin 0)
+        pad = cos.shape[:-1] + (1,)
+        cos = np.concatenate([cos, np.ones(pad, cos.dtype)], axis=-1)
+        sin = np.concatenate([sin, np.zeros(pad, sin.dtype)], axis=-1)
     return cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)

@@ -581,6 +581,14 @@ def test_go_walkthrough_bfloat16_values():
     assert cos[2, 63] == np.float32(0.58865184) and sin[2, 63] == np.float32(0.8083867)
 
 
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_precision_recipes_odd_width_passes_through(precision):
+    cos, sin = posemb.rope_cos_sin(np.arange(5), 7, precision=precision)
+    even_cos, _ = posemb.rope_cos_sin(np.arange(5), 7, precision=precision, interleaved=True)
+    assert cos.shape == (5, 7) and np.all(cos[:, 6] == 1) and np.all(sin[:, 6] == 0)
+    assert np.array_equal(np.sort(cos[:, :6], axis=1), np.sort(even_cos[:, :6], axis=1))
+
+
 def test_rope_cos_sin_float32_precision_matches_transformers():
     """NumPy float32 recipe: angles bit-equal; cos/sin within one float32 ulp of torch's."""
     ref = _module("llama2").LlamaRotaryEmbedding(hf_config("llama3.1"))
