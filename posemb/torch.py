@@ -734,7 +734,8 @@ class RotaryEmbedding(nn.Module):
             text = cfg.get("text_config")
             if isinstance(text, Mapping) and cfg.get("hidden_size") is None \
                     and cfg.get("head_dim") is None:
-                cfg = dict(_config_dict(text), model_type=cfg.get("model_type"))
+                text = _config_dict(text)
+                cfg = dict(text, model_type=text.get("model_type", cfg.get("model_type")))
             conv = posemb.rope_convention(cfg)
             if interleaved is not None:
                 conv = replace(conv, pairs="interleaved" if interleaved else "half",

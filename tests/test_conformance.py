@@ -774,7 +774,7 @@ def report() -> None:  # pragma: no cover - run by hand
         tex = measure_tables(name, "exact") if rotary else math.nan
         ap = measure_apply(name) if rotary else math.nan
         lg, gr = measure_model(name, "float32")
-        lge, gre = measure_model(name, "exact") if rotary else (math.nan, math.nan)
+        lge, gre = measure_model(name, "exact")
         print(f"{name:12} {t32:11.3g} {tex:13.3g} {ap:6.3g} {lg:8.3g} {gr:8.3g} "
               f"{lge:12.3g} {gre:11.3g}")
 
