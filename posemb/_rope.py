@@ -631,6 +631,10 @@ class RoPE:
         does the same).
     max_position_embeddings : int, optional
         The model's context length, for the scaling types that need it.
+    precision : {"exact", "float32", "bfloat16"}
+        How the tables are formed (see :func:`rope_cos_sin`): exact by
+        default, or transformers'/Meta's float32 recipe, or the Go
+        walk-through's bfloat16 one.
 
     Notes
     -----
@@ -669,7 +673,10 @@ class RoPE:
     def __init__(self, head_size: int, seq_len: int, *, base: float = 10000.0,
                  scale: float = 1.0, interleaved: bool = False,
                  rotary_dim: int | None = None, dtype: Any = np.float32,
-                 scaling: Any = None, max_position_embeddings: int | None = None) -> None:
+                 scaling: Any = None, max_position_embeddings: int | None = None,
+                 precision: str = "exact") -> None:
+        from ._rope_precision import check_precision
+        self.precision = check_precision(precision)
         self.head_size = _checks.size(head_size, "head_size")
         if rotary_dim is None:
             self.rotary_dim = self.head_size
@@ -681,6 +688,9 @@ class RoPE:
         self.seq_len = _checks.size(seq_len, "seq_len")
         self.base = _checks.positive_float(base, "base")
         self.scale = _checks.finite_float(scale, "scale")
+        if self.precision != "exact" and self.scale != 1.0:
+            raise ValueError(f"scale must be 1 with precision={self.precision!r} (the framework "
+                             f"recipes have no angle scale), got {self.scale}")
         self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
         if self.seq_len * self.rotary_dim * self.dtype.itemsize > np.iinfo(np.intp).max:
@@ -710,7 +720,8 @@ class RoPE:
                      f"max_position_embeddings={self.max_position_embeddings}")
         return (f"RoPE(head_size={self.head_size}, seq_len={self.seq_len}, base={self.base}, "
                 f"scale={self.scale}, interleaved={self.interleaved}, "
-                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra})")
+                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra}"
+                + (f", precision={self.precision!r}" if self.precision != "exact" else "") + ")")
 
     @property
     def cos_cached(self) -> np.ndarray:
@@ -754,8 +765,7 @@ class RoPE:
                 return tables
             rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
             inv, attn = self._frequencies(key, need)
-            cos, sin = _tables(np.arange(rows, dtype=np.int64), inv,
-                               self.interleaved, dtype, attn, self.rotary_dim)
+            cos, sin = self._make(np.arange(rows, dtype=np.int64), inv, attn, dtype, need)
             cos.flags.writeable = False
             sin.flags.writeable = False
             self._cache[(dtype, key)] = (cos, sin)
@@ -800,8 +810,7 @@ class RoPE:
         # far beyond any sensible cache, or dynamic NTK frequencies of this
         # length: compute just these rows
         inv, attn = self._frequencies(key, stop)
-        return _tables(np.arange(start, stop, dtype=np.int64), inv,
-                       self.interleaved, dtype, attn, self.rotary_dim)
+        return self._make(np.arange(start, stop, dtype=np.int64), inv, attn, dtype, stop)
 
     def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         top = int(pos.max()) + 1 if pos.size else 0
@@ -810,7 +819,19 @@ class RoPE:
             cos, sin = self._cached_tables(dtype, top, key)
             return cos[pos], sin[pos]
         inv, attn = self._frequencies(key, top)
-        return _tables(pos, inv, self.interleaved, dtype, attn, self.rotary_dim)
+        return self._make(pos, inv, attn, dtype, top)
+
+    def _make(self, positions: np.ndarray, inv: np.ndarray, attn: float, dtype: np.dtype,
+              seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tables for ``positions``: exact, or by the framework recipe of ``precision``."""
+        if self.precision == "exact":
+            return _tables(positions, inv, self.interleaved, dtype, attn, self.rotary_dim)
+        from ._rope_precision import framework_cos_sin
+        return framework_cos_sin(positions, self.rotary_dim, self.base, self.scaling,
+                                 interleaved=self.interleaved, dtype=dtype,
+                                 precision=self.precision,
+                                 max_position_embeddings=self.max_position_embeddings,
+                                 seq_len=seq_len)
 
     def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
         """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""

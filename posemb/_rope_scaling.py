@@ -410,7 +410,7 @@ def layer_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
 
 def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
                 dtype: Any = np.float32, layer_type: str | None = None,
-                interleaved: bool | None = None) -> Any:
+                interleaved: bool | None = None, precision: str = "exact") -> Any:
     """A :class:`RoPE` that reproduces a model's rotary embedding from its ``config.json``.
 
     Reads (as transformers does): ``head_dim`` or ``hidden_size //
@@ -447,6 +447,9 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
         Which layers' RoPE, for configs that set it per layer type.
     interleaved : bool, optional
         Override the family's pair layout.
+    precision : {"exact", "float32", "bfloat16"}
+        The tables' recipe (see :func:`rope_cos_sin`); ``"float32"`` is the
+        model's transformers computation.
 
     Examples
     --------
@@ -578,4 +581,5 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     if seq_len is None:
         seq_len = min(max_pos or 4096, 4096)
     return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,
-                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos)
+                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos,
+                precision=precision)

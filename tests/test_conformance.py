@@ -589,6 +589,26 @@ def test_precision_recipes_odd_width_passes_through(precision):
     assert np.array_equal(np.sort(cos[:, :6], axis=1), np.sort(even_cos[:, :6], axis=1))
 
 
+@pytest.mark.parametrize("name", ["llama3.1", "phi3", "qwen3-yarn", "glm4"])
+def test_numpy_rope_module_float32_precision(name):
+    """rope_config(..., precision="float32"): transformers' tables within a float32 ulp."""
+    ref = _rotary_owner(hf_model(name)).rotary_emb
+    rope = posemb.rope_config(FAMILIES[name], precision="float32",
+                              interleaved=False)          # transformers' table layout
+    pos = torch.arange(4990, 5010)[None]
+    rc, rs = ref(torch.zeros(1), pos)
+    oc, os_ = rope.cos_sin(pos[0].numpy())
+    assert rope.precision == "float32" and "precision='float32'" in repr(rope)
+    assert np.abs(oc - rc[0].numpy()).max() <= 2.0 ** -23
+    assert np.abs(os_ - rs[0].numpy()).max() <= 2.0 ** -23
+    go = posemb.RoPE(128, 8192, precision="bfloat16")
+    assert go.cos_cached[8191, 63] == np.float32(0.58865184)
+    with pytest.raises(ValueError, match="scale"):
+        posemb.RoPE(8, 4, scale=2.0, precision="float32")
+    with pytest.raises(ValueError, match="precision"):
+        posemb.RoPE(8, 4, precision="float16")
+
+
 def test_rope_cos_sin_float32_precision_matches_transformers():
     """NumPy float32 recipe: angles bit-equal; cos/sin within one float32 ulp of torch's."""
     ref = _module("llama2").LlamaRotaryEmbedding(hf_config("llama3.1"))
