@@ -295,7 +295,19 @@ static void test_rope(void)
         }
 }
 
-/* RoPE on the thread pool: pe_rope_parallel over many vectors equals one call */
+/* one part [begin, end) of the vectors of the pe_rope_loop ctx */
+static void rope_part(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    pe_rope_loop part = *(const pe_rope_loop *)ctx;
+    part.n = end - begin;
+    part.x += begin * part.x_step;
+    part.cos += begin * part.cos_step;
+    part.sin += begin * part.sin_step;
+    part.y += begin * part.y_step;
+    pe_rope_half_fwd_f32(&part);
+}
+
+/* RoPE split over the thread pool (pe_parallel_for) equals one call */
 static void test_rope_parallel(void)
 {
     const ptrdiff_t n = 4096, d = 64;
@@ -314,7 +326,7 @@ static void test_rope_parallel(void)
     pe_rope_half_fwd_f32(&L);
     L.y = (char *)y2;
     pe_set_num_threads(4);
-    pe_rope_parallel(pe_rope_half_fwd_f32, &L, 4);
+    pe_parallel_for(n, 64, rope_part, &L);
     report(memcmp(y1, y2, (size_t)(n * d) * sizeof(float)) == 0,
            "rope on 4 pool threads == one call", 0, 0);
     free(x);
@@ -473,6 +485,31 @@ static void test_half(void)
     report(rounding_ok, "float -> half ties to even, every midpoint", 0, 0);
 }
 
+/*
+ * The CPU dispatch of a runtime that has one (pe_cpu_select and friends):
+ * weak references, NULL where the runtime has none (the kernels then pick
+ * their own code paths).  Windows (PE/COFF) has no weak references; the
+ * driver is only linked there, not run.
+ */
+#if defined(__GNUC__) && defined(__ELF__)
+#define PE_WEAK __attribute__((weak))
+int pe_cpu_select(int level) PE_WEAK;
+int pe_cpu_supported(void) PE_WEAK;
+const char *pe_cpu_name(int level) PE_WEAK;
+#else
+#define pe_cpu_select ((int (*)(int))NULL)
+#define pe_cpu_supported ((int (*)(void))NULL)
+#define pe_cpu_name ((const char *(*)(int))NULL)
+#endif
+
+static void run_kernel_tests(void)
+{
+    test_rope();
+    test_rope_parallel();
+    test_rope_table();
+    test_sinusoidal_table();
+}
+
 int main(void)
 {
 #if defined(__aarch64__)
@@ -486,10 +523,18 @@ int main(void)
 #else
     printf("posemb C kernel tests\n");
 #endif
-    test_rope();
-    test_rope_parallel();
-    test_rope_table();
-    test_sinusoidal_table();
+    if (pe_cpu_select != NULL && pe_cpu_supported != NULL) {
+        /* a runtime with one CPU dispatch (pe_cpu_select fills the kernel
+         * tables): every level this CPU runs, baseline first */
+        for (int level = 0; level <= pe_cpu_supported(); level++) {
+            const int got = pe_cpu_select(level);
+            printf("-- CPU level %d (%s)\n", got,
+                   pe_cpu_name != NULL ? pe_cpu_name(got) : "?");
+            run_kernel_tests();
+        }
+    } else {
+        run_kernel_tests();
+    }
     test_half();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
