@@ -18,7 +18,6 @@ from . import _checks, _core
 
 __all__ = ["alibi_slopes", "alibi_bias"]
 
-_MAX_EXTENT = 2**52    # distances stay exact in float64
 
 
 def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
@@ -124,17 +123,12 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     True
     """
     slopes = _slopes(slopes_or_num_heads)
-    q = _checks.size(query_length, "query_length")
-    k = _checks.size(key_length, "key_length")
-    for name, v in (("query_length", q), ("key_length", k)):
-        if v > _MAX_EXTENT:
-            raise ValueError(f"{name} must be <= 2**52, got {v}")
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_ALIBI_EXTENT)
+    k = _checks.bounded(key_length, "key_length", _checks.MAX_ALIBI_EXTENT)
     if query_offset is None:
         off = k - q
     else:
-        off = _checks.size(query_offset, "query_offset", minimum=-_MAX_EXTENT)
-        if off > _MAX_EXTENT:
-            raise ValueError(f"query_offset must be <= 2**52, got {off}")
+        off = _checks.bounded(query_offset, "query_offset", _checks.MAX_ALIBI_EXTENT, signed=True)
     symmetric = _checks.flag(symmetric, "symmetric")
     shape = (slopes.shape[0], q, k)
     if out is not None:

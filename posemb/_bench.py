@@ -511,13 +511,26 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (else argparse's usage error, no traceback)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {v}")
+    return v
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posemb bench", description=__doc__)
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
                         help="only these kernel families (repeatable; default all)")
-    parser.add_argument("--repeat", type=int, default=15, help="runs per median (default 15)")
+    parser.add_argument("--repeat", type=_positive_int, default=15,
+                        help="runs per median (default 15)")
     parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer cases")
-    parser.add_argument("--threads", type=int, help="posemb (and torch) thread count")
+    parser.add_argument("--threads", type=_positive_int,
+                        help="posemb (and torch) thread count, >= 1")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.threads is not None:

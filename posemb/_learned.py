@@ -43,7 +43,8 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     if _checks.size(offset, "offset") != 0:
         raise ValueError("offset applies only when positions is not given "
                          "(positions are absolute)")
-    pos = _checks.positions_array(positions, limit=limit)
+    _checks.masked(positions, "positions")
+    pos = np.asarray(positions)
     try:
         ok = np.broadcast_shapes(pos.shape, lead) == lead
     except ValueError:
@@ -51,7 +52,7 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     if not ok:
         raise ValueError(
             f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = {lead}")
-    return pos
+    return _checks.positions_array(pos, limit=limit)
 
 
 def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: int = 0,
@@ -96,6 +97,7 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
             f"weight's width ({weight.shape[1]}) must equal x's last axis, "
             f"got x of shape {tuple(x.shape)}")
     pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
+    x, (pos,) = _checks.dask_operands(x, (pos,), (-1,), others_core=0)
     if out is None:
         return _core.learned_pe_fwd(x, pos, weight)
     return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
@@ -142,6 +144,8 @@ def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: 
     pos = _positions(positions, offset, grad_out.shape, num_positions, "grad_out")
     lead = grad_out.shape[:-1]
     n, d = int(np.prod(lead, dtype=np.int64)), grad_out.shape[-1]
+    _checks.check_result((num_positions, d), np.float32 if grad_out.dtype == np.float16
+                         else grad_out.dtype, "num_positions", extra=8 * n)
     flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
     g = _checks.c_array(grad_out).reshape(n, d)
     half = grad_out.dtype == np.float16

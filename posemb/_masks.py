@@ -22,14 +22,9 @@ __all__ = [
     "create_padding_mask",
 ]
 
-_MAX_EXTENT = 2**61
-
 
 def _signed(value: Any, name: str) -> int:
-    v = _checks.size(value, name, minimum=-_MAX_EXTENT)
-    if v > _MAX_EXTENT:
-        raise ValueError(f"{name} must be <= 2**61, got {v}")
-    return v
+    return _checks.bounded(value, name, _checks.MAX_EXTENT, signed=True)
 
 
 def causal_mask(query_length: int, key_length: int | None = None, *,
@@ -68,13 +63,11 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
            [0, 1, 1, 0],
            [0, 0, 1, 1]])
     """
-    q = _checks.size(query_length, "query_length")
-    k = q if key_length is None else _checks.size(key_length, "key_length")
-    for name, v in (("query_length", q), ("key_length", k)):
-        if v > _MAX_EXTENT:
-            raise ValueError(f"{name} must be <= 2**61, got {v}")
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_EXTENT)
+    k = q if key_length is None else _checks.bounded(key_length, "key_length", _checks.MAX_EXTENT)
     w = -1 if window is None else _checks.size(window, "window", minimum=1)
     off = k - q if query_offset is None else _signed(query_offset, "query_offset")
+    _checks.check_result((q, k), np.bool_, "query_length and key_length")
     out = np.empty((q, k), dtype=np.bool_)
     _core._causal_mask(out, off, min(w, 2**62))
     return out

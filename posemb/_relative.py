@@ -28,23 +28,14 @@ __all__ = [
     "relative_embeddings_backward",
 ]
 
-_MAX_EXTENT = 2**61        # largest size or |offset| the kernels accept
-_MAX_BUCKETS = 2**20       # one boundary per bucket is precomputed
-
 
 def _offset(value: Any, name: str) -> int:
-    """A signed integer offset with |value| <= 2**61."""
-    v = _checks.size(value, name, minimum=-_MAX_EXTENT)
-    if v > _MAX_EXTENT:
-        raise ValueError(f"{name} must be <= 2**61, got {v}")
-    return v
+    """A signed integer offset with |value| <= MAX_EXTENT."""
+    return _checks.bounded(value, name, _checks.MAX_EXTENT, signed=True)
 
 
 def _length(value: Any, name: str) -> int:
-    v = _checks.size(value, name)
-    if v > _MAX_EXTENT:
-        raise ValueError(f"{name} must be <= 2**61, got {v}")
-    return v
+    return _checks.bounded(value, name, _checks.MAX_EXTENT)
 
 
 def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple[bool, int, int]:
@@ -54,12 +45,12 @@ def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple
     bidirectional = _checks.flag(bidirectional, "bidirectional")
     least = 4 if bidirectional else 2
     nbk = _checks.size(num_buckets, "num_buckets", minimum=least)
-    if nbk > _MAX_BUCKETS:
+    if nbk > _checks.MAX_BUCKETS:
         raise ValueError(f"num_buckets must be <= 2**20, got {nbk}")
     nb = nbk // 2 if bidirectional else nbk
     max_exact = nb // 2
     md = _checks.size(max_distance, "max_distance")
-    if md <= max_exact or md > 2**53:
+    if md <= max_exact or md > _checks.MAX_DISTANCE:
         raise ValueError(
             f"max_distance must be > {max_exact} (the exact buckets) and <= 2**53, got {md}")
     return bidirectional, nbk, md

@@ -108,6 +108,7 @@ def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> An
             _core._rope_grid(kind, xv(x), c4, s4, xv(out))
             return out
     uf = _UFUNCS[kind]
+    x, (cos, sin) = _checks.dask_operands(x, (cos, sin), (-1,))
     try:
         return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
     except (ValueError, TypeError):
@@ -158,18 +159,40 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
 
 
 def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
-            dtype: np.dtype, attention_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Full-width (cos, sin) for int64 positions of any shape (checked)."""
-    flat = _checks.c_array(positions.reshape(-1))
+            dtype: np.dtype, attention_scale: float = 1.0, *, name: str = "positions",
+            culprit: str = "base and scaling") -> tuple[np.ndarray, np.ndarray]:
+    """Full-width (cos, sin) for int64 positions of any shape (checked >= 0).
+
+    The result size is checked first (MemoryError naming ``name``);
+    float16 tables are made from float64 in row blocks, so temporaries stay
+    within ``_checks.BLOCK_BYTES``.
+    """
     inv = _checks.c_array(inv_freq, np.float64)
     width = 2 * inv.shape[0]
-    work = np.float64 if dtype == np.float16 else dtype
-    cos = np.empty((flat.shape[0], width), dtype=work)
-    sin = np.empty((flat.shape[0], width), dtype=work)
-    _core._rope_table(flat, inv, float(attention_scale), bool(interleaved), cos, sin)
+    n = positions.size
     shape = positions.shape + (width,)
-    if work is not dtype:  # float16: round once, from float64
-        cos, sin = cos.astype(dtype), sin.astype(dtype)
+    _checks.check_result((n, width), dtype, name, copies=2, extra=8 * n,
+                         what=f"the ({n}, {width}) {np.dtype(dtype).name} cos/sin tables")
+    if n:
+        _checks.angle_check(int(_checks.unique_view(positions).max()), inv, culprit)
+    if not abs(attention_scale) <= np.finfo(dtype).max:
+        raise ValueError(
+            f"the attention factor {attention_scale!r} (scaling) overflows {np.dtype(dtype).name}")
+    flat = _checks.c_array(positions.reshape(-1), np.int64)
+    cos = np.empty((n, width), dtype=dtype)
+    sin = np.empty((n, width), dtype=dtype)
+    if dtype != np.float16:
+        _core._rope_table(flat, inv, float(attention_scale), bool(interleaved), cos, sin)
+    else:   # round once, from float64 made block by block
+        rows = _checks.block_rows(16 * width, n)
+        c64 = np.empty((rows, width))
+        s64 = np.empty((rows, width))
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            _core._rope_table(flat[a:b], inv, float(attention_scale), bool(interleaved),
+                              c64[:b - a], s64[:b - a])
+            cos[a:b] = c64[:b - a]
+            sin[a:b] = s64[:b - a]
     return cos.reshape(shape), sin.reshape(shape)
 
 
@@ -224,9 +247,10 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     1.1386
     """
     dt = _checks.float_dtype(dtype)
-    pos = _checks.positions_array(positions)
+    width = _checks.even_size(dim, "dim")
+    pos = _checks.positions_array(positions, row_bytes=2 * width * dt.itemsize + 8)
     if seq_len is None and pos.size:
-        seq_len = int(pos.max()) + 1
+        seq_len = int(_checks.unique_view(pos).max()) + 1
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)
@@ -380,6 +404,9 @@ def rotate_half(x: Any) -> Any:
         raise ValueError("x must have at least one dimension")
     if x.shape[-1] % 2:
         raise ValueError(f"x's last axis must have even length, got {x.shape[-1]}")
+    if _checks.is_dask(x):      # dask cannot infer the dtype of a gufunc that checks its input
+        x = _checks.dask_operands(x, (), (-1,))[0]
+        return x.map_blocks(_core.rotate_half, dtype=x.dtype)
     return _core.rotate_half(x)
 
 
@@ -403,6 +430,10 @@ def neg_half(x: Any, axis: int = -1) -> Any:
         raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimension(s)")
     if x.shape[axis] % 2:
         raise ValueError(f"x's axis {axis} must have even length, got {x.shape[axis]}")
+    if _checks.is_dask(x):      # as rotate_half
+        x = _checks.dask_operands(x, (), (axis,))[0]
+        return x.map_blocks(lambda b: _core.rotate_half(b, axes=[(axis,), (axis,)]),
+                            dtype=x.dtype)
     return _core.rotate_half(x, axes=[(axis,), (axis,)])
 
 
@@ -426,10 +457,17 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     theta = _checks.positive_float(theta, "theta")
     inv = rope_inv_freq(dim, theta)
     end = _checks.size(end, "end")
-    cos, sin = _tables(np.arange(end, dtype=np.int64), inv, True, np.dtype(np.float64))
-    out = np.empty((end, dim // 2), dtype=np.complex64)
-    out.real = cos[:, 0::2]
-    out.imag = sin[:, 0::2]
+    h = inv.shape[0]
+    _checks.check_result((end, h), np.complex64, "end")
+    out = np.empty((end, h), dtype=np.complex64)
+    # float64 angles in row blocks (half-split layout: the h values come first)
+    rows = _checks.block_rows(4 * 8 * h, end)
+    for a in range(0, end, rows):
+        b = min(end, a + rows)
+        cos, sin = _tables(np.arange(a, b, dtype=np.int64), inv, False, np.dtype(np.float64),
+                           name="end", culprit="theta")
+        out.real[a:b] = cos[:, :h]
+        out.imag[a:b] = sin[:, :h]
     return out
 
 
@@ -490,6 +528,7 @@ def compute_frequencies(dim: int, seq_len: int, base: float = 10000.0) -> np.nda
     """
     inv = rope_inv_freq(dim, base)
     seq_len = _checks.size(seq_len, "seq_len")
+    _checks.check_result((seq_len, inv.shape[0]), np.float64, "seq_len", extra=8 * seq_len)
     return np.outer(np.arange(seq_len, dtype=np.float64), inv)
 
 
@@ -567,9 +606,10 @@ class RoPE:
         self.scale = _checks.finite_float(scale, "scale")
         self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
-        if self.seq_len * self.rotary_dim * self.dtype.itemsize > np.iinfo(np.intp).max:
-            raise MemoryError(f"a ({self.seq_len}, {self.rotary_dim}) {self.dtype.name} table "
-                              "cannot be allocated")      # before a huge inv_freq is made
+        # before a huge inv_freq is made
+        _checks.check_result((self.seq_len, self.rotary_dim), self.dtype, "seq_len", copies=2,
+                             what=f"the ({self.seq_len}, {self.rotary_dim}) {self.dtype.name} "
+                                  f"cos/sin cache")
         self.scaling = normalize_scaling(scaling)
         # frequencies that do not depend on the sequence length (see
         # frequency_regime: only longrope and dynamic NTK switch)
@@ -579,7 +619,11 @@ class RoPE:
             else _checks.size(max_position_embeddings, "max_position_embeddings", minimum=1))
         inv, attn = rope_scaling_parameters(self.rotary_dim, self.base, self.scaling,
                                             max_position_embeddings=self.max_position_embeddings)
-        self.inv_freq = inv * self.scale
+        with np.errstate(over="ignore"):
+            self.inv_freq = inv * self.scale
+        if not np.isfinite(self.inv_freq).all():
+            raise ValueError(f"scale={self.scale!r} times the inverse frequencies overflows "
+                             f"float64")
         #: multiplies cos and sin (yarn/longrope; 1.0 otherwise)
         self.attention_factor = attn
         self._freqs: dict[Any, tuple[np.ndarray, float]] = {None: (self.inv_freq, attn)}
@@ -639,11 +683,16 @@ class RoPE:
             rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
             inv, attn = self._frequencies(key, need)
             cos, sin = _tables(np.arange(rows, dtype=np.int64), inv,
-                               self.interleaved, dtype, attn)
+                               self.interleaved, dtype, attn, name="seq_len",
+                               culprit=self._culprit)
             cos.flags.writeable = False
             sin.flags.writeable = False
             self._cache[(dtype, key)] = (cos, sin)
             return cos, sin
+
+    @property
+    def _culprit(self) -> str:
+        return "base, scale and scaling" if self.scale != 1.0 else "base and scaling"
 
     def _max_rows(self, dtype: np.dtype) -> int:
         return max(self.seq_len, self.max_cache_bytes // (self.rotary_dim * dtype.itemsize))
@@ -669,13 +718,14 @@ class RoPE:
         if _checks.size(offset, "offset") != 0 or seq_len is not None:
             raise ValueError("offset and seq_len apply only when positions is not given "
                              "(positions are absolute)")
-        pos = _checks.positions_array(positions)
+        pos = _checks.positions_array(positions, row_bytes=2 * self.rotary_dim * dt.itemsize + 8)
         return self._gather_tables(dt, pos)
 
     def _range_tables(self, dtype: np.dtype, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         stop = start + n
-        if stop > _checks.MAX_EXACT_POSITION:
-            raise ValueError(f"offset + seq must be <= 2**53, got {stop}")
+        _checks.position_end(stop, "offset + seq")
+        _checks.check_result((n, self.rotary_dim), dtype, "seq_len", copies=2, extra=8 * n,
+                             what=f"the ({n}, {self.rotary_dim}) {dtype.name} cos/sin tables")
         key = self._regime(stop)
         if self._cacheable(key) and stop <= self._max_rows(dtype):
             cos, sin = self._cached_tables(dtype, stop, key)
@@ -684,16 +734,16 @@ class RoPE:
         # length: compute just these rows
         inv, attn = self._frequencies(key, stop)
         return _tables(np.arange(start, stop, dtype=np.int64), inv,
-                       self.interleaved, dtype, attn)
+                       self.interleaved, dtype, attn, name="seq_len", culprit=self._culprit)
 
     def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        top = int(pos.max()) + 1 if pos.size else 0
+        top = int(_checks.unique_view(pos).max()) + 1 if pos.size else 0
         key = self._regime(top)
         if self._cacheable(key) and top <= self._max_rows(dtype):
             cos, sin = self._cached_tables(dtype, top, key)
             return cos[pos], sin[pos]
         inv, attn = self._frequencies(key, top)
-        return _tables(pos, inv, self.interleaved, dtype, attn)
+        return _tables(pos, inv, self.interleaved, dtype, attn, culprit=self._culprit)
 
     def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
         """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""
@@ -710,8 +760,8 @@ class RoPE:
             raise ValueError(
                 f"offset has {off.shape[0]} entries but {name} has batch size {shape[0]} (axis 0)")
         seq = shape[-2]
-        if off.size and int(off.max()) + seq > _checks.MAX_EXACT_POSITION:
-            raise ValueError(f"offset + seq must be <= 2**53, got {int(off.max()) + seq}")
+        if off.size:
+            _checks.position_end(int(off.max()) + seq, "offset + seq")
         return off.reshape((-1,) + (1,) * (len(shape) - 2)) + np.arange(seq, dtype=np.int64)
 
     def _tables_for(self, x: Any, positions: Any, offset: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -739,7 +789,8 @@ class RoPE:
         if np.ndim(offset) != 0 or _checks.size(offset, "offset") != 0:
             raise ValueError("offset applies only when positions is not given "
                              "(positions are absolute)")
-        pos = _checks.positions_array(positions)
+        _checks.masked(positions, "positions")
+        pos = np.asarray(positions)
         try:
             ok = np.broadcast_shapes(pos.shape, shape[:-1]) == shape[:-1]
         except ValueError:
@@ -748,6 +799,7 @@ class RoPE:
             raise ValueError(
                 f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = "
                 f"{shape[:-1]}")
+        pos = _checks.positions_array(pos, row_bytes=2 * self.rotary_dim * dt.itemsize + 8)
         return self._gather_tables(dt, pos)
 
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
@@ -874,8 +926,7 @@ class RoPE:
         if need > self._max_rows(dt) and cu[0] == 0 and cu[-1] == x.shape[0]:
             # offsets far past the cache: one gathered row per token (the rows
             # apply_rope_varlen would read), never a table from position 0
-            if need > _checks.MAX_EXACT_POSITION:
-                raise ValueError(f"offset + sequence length must be <= 2**53, got {need}")
+            _checks.position_end(need, "offset + sequence length")
             seq_of = np.repeat(np.arange(cu.size - 1), np.asarray(lengths, dtype=np.int64))
             starts = cu[:-1].astype(np.int64)
             pos = np.broadcast_to(off.astype(np.int64), (cu.size - 1,))[seq_of] + (

@@ -109,7 +109,9 @@ def _length(scaling: Mapping[str, Any], key: str) -> int:
     value = scaling[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    return _checks.size(value, f"scaling[{key!r}]", minimum=1)
+    name = f"scaling[{key!r}]"
+    _checks.size(value, name, minimum=1)
+    return _checks.bounded(value, name, _checks.MAX_EXACT_POSITION)
 
 
 def _original_length(scaling: Mapping[str, Any], max_position_embeddings: int | None,
@@ -184,11 +186,41 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     cfg = normalize_scaling(scaling)
     rope_type = cfg["rope_type"]
     if max_position_embeddings is not None:
-        max_position_embeddings = _checks.size(max_position_embeddings,
-                                               "max_position_embeddings", minimum=1)
+        _checks.size(max_position_embeddings, "max_position_embeddings", minimum=1)
+        max_position_embeddings = _checks.bounded(max_position_embeddings,
+                                                  "max_position_embeddings",
+                                                  _checks.MAX_EXACT_POSITION)
     if seq_len is not None:
-        seq_len = _checks.size(seq_len, "seq_len")
-    exponents = np.arange(0, dim, 2, dtype=np.float64) / dim
+        seq_len = _checks.bounded(seq_len, "seq_len", _checks.MAX_EXACT_POSITION)
+    h = dim // 2
+    # about ten float64 temporaries per frequency, made block by block
+    _checks.check_result((h,), np.float64, "dim", what=f"{h} inverse frequencies")
+    inv = np.empty(h)
+    attention = 1.0
+    step = _checks.block_rows(10 * 8, h)
+    for a in range(0, max(h, 1), step):   # once at least: dim 0 checks the parameters too
+        idx = np.arange(a, min(h, a + step), dtype=np.float64)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            block, attention = _scaled_frequencies(dim, base, cfg, max_position_embeddings,
+                                                   seq_len, idx)
+        inv[a:a + idx.shape[0]] = block
+    if not (np.isfinite(inv).all() and math.isfinite(attention)):
+        keys = [k for k in ("factor", "short_factor", "long_factor", "attention_factor",
+                            "mscale", "mscale_all_dim") if cfg.get(k) is not None]
+        what = "inverse frequencies" if math.isfinite(attention) else "an attention factor"
+        raise ValueError(
+            f"base={base!r} and {' / '.join(f'scaling[{k!r}]' for k in keys) or 'no scaling'} "
+            f"(rope_type {rope_type!r}) give {what} that are not finite in float64")
+    return inv, attention
+
+
+def _scaled_frequencies(dim: int, base: float, cfg: Mapping[str, Any],
+                        max_position_embeddings: int | None, seq_len: int | None,
+                        idx: np.ndarray) -> tuple[np.ndarray, float]:
+    """The inverse frequencies ``idx`` (float64 indices ``i < dim // 2``) of
+    the checked ``cfg``, and the attention factor."""
+    rope_type = cfg["rope_type"]
+    exponents = 2.0 * idx / dim
     plain = base ** -exponents
 
     if rope_type == "default":
@@ -206,8 +238,15 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         length = max(seq_len or 0, max_position_embeddings)
         if length == max_position_embeddings:
             return plain, 1.0
-        new_base = base * ((factor * length / max_position_embeddings) - (factor - 1.0)) ** (
-            dim / (dim - 2))
+        ratio = (factor * length / max_position_embeddings) - (factor - 1.0)
+        try:
+            new_base = base * ratio ** (dim / (dim - 2))
+        except OverflowError:
+            new_base = math.inf
+        if not math.isfinite(new_base) and math.isfinite(ratio):
+            # base' beyond float64: its powers are formed from logarithms
+            log_base = math.log(base) + dim / (dim - 2) * math.log(ratio)
+            return np.exp(-exponents * log_base), 1.0
         return new_base ** -exponents, 1.0
 
     if rope_type == "yarn":
@@ -239,7 +278,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
             high += 0.001  # as transformers: avoid 0/0
-        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        ramp = np.clip((idx - low) / (high - low), 0.0, 1.0)
         extrapolation = 1.0 - ramp
         pos_freqs = base ** exponents
         inv = (1.0 / (factor * pos_freqs)) * (1.0 - extrapolation) + (1.0 / pos_freqs) * extrapolation
@@ -279,7 +318,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
                     f"context length (original_max_position_embeddings) >= 2, got {orig}")
             attention = math.sqrt(1.0 + math.log(factor) / math.log(orig))
         which = "long_factor" if seq_len is not None and seq_len > orig else "short_factor"
-        return 1.0 / (ext[which] * base ** exponents), float(attention)
+        return 1.0 / (ext[which][idx.astype(np.intp)] * base ** exponents), float(attention)
 
     # llama3
     factor = _real(cfg, "factor")
