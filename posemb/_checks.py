@@ -27,6 +27,9 @@ MAX_ALIBI_EXTENT = 2**52
 #: largest size or |offset| the relative-bias and mask kernels accept (their
 #: int64 arithmetic on sums of two such values cannot overflow)
 MAX_EXTENT = 2**61
+#: a causal window wider than any extent is no window (the kernel's int64
+#: sums of an extent and a window cannot overflow)
+MAX_WINDOW = 2**62
 #: T5 buckets: one boundary per bucket is precomputed
 MAX_BUCKETS = 2**20
 #: largest T5 max_distance (an exact float64 integer)
@@ -195,7 +198,7 @@ def positions_array(positions: Any, name: str = "positions", *,
         bound = MAX_EXACT_POSITION if limit is None else limit
         if hi >= bound:
             err = IndexError if limit is not None else ValueError
-            raise err(f"{name} must be < {bound}, got {hi}")
+            raise err(f"{name} must be < {_power(bound)}, got {hi}")
     return p.astype(np.int64, copy=False)
 
 

@@ -69,7 +69,7 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
     off = k - q if query_offset is None else _signed(query_offset, "query_offset")
     _checks.check_result((q, k), np.bool_, "query_length and key_length")
     out = np.empty((q, k), dtype=np.bool_)
-    _core._causal_mask(out, off, min(w, 2**62))
+    _core._causal_mask(out, off, min(w, _checks.MAX_WINDOW))
     return out
 
 

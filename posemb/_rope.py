@@ -175,7 +175,7 @@ def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
                          what=f"the ({n}, {width}) {np.dtype(dtype).name} cos/sin tables")
     if n:
         _checks.angle_check(int(_checks.unique_view(positions).max()), inv, culprit)
-    if not abs(attention_scale) <= np.finfo(dtype).max:
+    if not abs(attention_scale) <= float(np.finfo(dtype).max):
         raise ValueError(
             f"the attention factor {attention_scale!r} (scaling) overflows {np.dtype(dtype).name}")
     flat = _checks.c_array(positions.reshape(-1), np.int64)
@@ -271,6 +271,8 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
         for tname, t in (("cos", cos), ("sin", sin)):
             if len(t.shape) == 0:
                 raise ValueError(f"{tname} must have at least one dimension (features last)")
+    if type(x) is np.ndarray and 0 in x.strides:     # a broadcast x: is its result possible?
+        _checks.check_result(x.shape, x.dtype, name)
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
