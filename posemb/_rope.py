@@ -11,12 +11,12 @@ Conventions (see REFERENCE.md of the project):
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from . import _checks, _core
+from ._threads import instance_lock
 from ._rope_scaling import frequency_regime, normalize_scaling, rope_scaling_parameters
 
 __all__ = [
@@ -629,7 +629,7 @@ class RoPE:
         #: multiplies cos and sin (yarn/longrope; 1.0 otherwise)
         self.attention_factor = attn
         self._freqs: dict[Any, tuple[np.ndarray, float]] = {None: (self.inv_freq, attn)}
-        self._lock = threading.Lock()
+        self._lock = instance_lock(self)
         self._cache: dict[tuple[np.dtype, Any], tuple[np.ndarray, np.ndarray]] = {}
         self._cached_tables(self.dtype, self.seq_len)
 

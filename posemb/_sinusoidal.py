@@ -16,12 +16,12 @@ Conventions (see REFERENCE.md of the project):
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from . import _checks, _core
+from ._threads import instance_lock
 
 __all__ = ["sinusoidal", "add_sinusoidal", "AbsolutePE"]
 
@@ -244,7 +244,7 @@ class AbsolutePE:
         self.dtype = _checks.float_dtype(dtype)
         _checks.check_result((self.max_length, self.embedding_size), self.dtype,
                              "max_length and embedding_size")
-        self._lock = threading.Lock()
+        self._lock = instance_lock(self)
         self._tables: dict[np.dtype, np.ndarray] = {}
         self._table(self.dtype)
 
