@@ -171,6 +171,15 @@ def finite_float(value: Any, name: str) -> float:
     return v
 
 
+def integer_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as an integer ndarray (not scanned, not copied if it is one)."""
+    masked(value, name)
+    p = np.asarray(value)
+    if p.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {p.dtype}")
+    return p
+
+
 def positions_array(positions: Any, name: str = "positions", *,
                     limit: int | None = None, row_bytes: int = 0) -> np.ndarray:
     """Integer positions as an int64 array: >= 0, and < limit when given.
@@ -182,10 +191,7 @@ def positions_array(positions: Any, name: str = "positions", *,
     ``name``), before anything is scanned.  Only the distinct memory of a
     broadcast view is scanned.
     """
-    masked(positions, name)
-    p = np.asarray(positions)
-    if p.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {p.dtype}")
+    p = integer_array(positions, name)
     if row_bytes:
         check_memory(p.size * int(row_bytes), name,
                      f"the tables for {name} of shape {p.shape}")

@@ -43,8 +43,7 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     if _checks.size(offset, "offset") != 0:
         raise ValueError("offset applies only when positions is not given "
                          "(positions are absolute)")
-    _checks.masked(positions, "positions")
-    pos = np.asarray(positions)
+    pos = _checks.integer_array(positions, "positions")
     try:
         ok = np.broadcast_shapes(pos.shape, lead) == lead
     except ValueError:

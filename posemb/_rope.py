@@ -791,8 +791,7 @@ class RoPE:
         if np.ndim(offset) != 0 or _checks.size(offset, "offset") != 0:
             raise ValueError("offset applies only when positions is not given "
                              "(positions are absolute)")
-        _checks.masked(positions, "positions")
-        pos = np.asarray(positions)
+        pos = _checks.integer_array(positions, "positions")
         try:
             ok = np.broadcast_shapes(pos.shape, shape[:-1]) == shape[:-1]
         except ValueError:

@@ -296,8 +296,7 @@ def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10
     dim = _checks.even_size(dim, "dim")
     sections = _sections(mrope_section, dim)
     dt = _checks.float_dtype(dtype)
-    _checks.masked(positions, "positions")
-    pos = np.asarray(positions)
+    pos = _checks.integer_array(positions, "positions")
     if pos.ndim < 1 or pos.shape[0] != len(sections):
         raise ValueError(
             f"positions must have shape ({len(sections)}, ..., seq), one row per mrope_section "
@@ -405,8 +404,7 @@ def axial_rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     """
     dim = _checks.even_size(dim, "dim")
     dt = _checks.float_dtype(dtype)
-    _checks.masked(positions, "positions")
-    pos = np.asarray(positions)
+    pos = _checks.integer_array(positions, "positions")
     if pos.ndim < 1 or pos.shape[-1] < 1:
         raise ValueError(f"positions must have shape (..., n_axes), got {pos.shape}")
     axes = pos.shape[-1]
