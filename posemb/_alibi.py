@@ -52,6 +52,7 @@ def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
     """
     n = _checks.size(num_heads, "num_heads", minimum=1)
     dt = _checks.float_dtype(dtype)
+    _checks.check_result((n,), np.float64, "num_heads", copies=3)
     c = 1 << (n.bit_length() - 1)                 # largest power of two <= n
     exponents = -8.0 * np.arange(1, c + 1, dtype=np.float64) / c
     if c < n:                                     # slopes(2c)[0::2][:n-c]
@@ -140,6 +141,8 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     else:
         dt = _checks.float_dtype(dtype)
     work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
+    _checks.check_result(shape, work, "slopes_or_num_heads, query_length and key_length",
+                         extra=0 if out is None and work == dt else _checks.nbytes(shape, dt))
     res = np.empty(shape, dtype=work)
     _core._alibi_bias(slopes, res, off, symmetric)
     if out is not None:

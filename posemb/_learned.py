@@ -194,6 +194,9 @@ class LearnedPE:
         self.std = _checks.finite_float(std, "std")
         if self.std < 0:
             raise ValueError(f"std must be >= 0, got {std!r}")
+        # the weight, and the float64 normal draws it is made from
+        _checks.check_result((self.max_length, self.dim), self.dtype, "max_length and dim",
+                             extra=_checks.nbytes((self.max_length, self.dim), np.float64))
         try:
             rng = np.random.default_rng(seed)
         except (TypeError, ValueError) as e:

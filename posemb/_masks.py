@@ -104,6 +104,7 @@ def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.nd
     if not isinstance(side, str) or side not in ("right", "left"):
         raise ValueError(f"side must be 'right' or 'left', got {side!r}")
     n = _lengths(lengths, m)
+    _checks.check_result((n.shape[0], m), np.bool_, "lengths and max_length", copies=2)
     out = np.empty((n.shape[0], m), dtype=np.bool_)
     _core._padding_mask(n, out, side == "left")
     return out

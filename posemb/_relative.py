@@ -162,6 +162,7 @@ def t5_relative_bias(table: Any, query_length: int, key_length: int, *,
     off = _offset(query_offset, "query_offset")
     shape = (table.shape[1], q, k)
     if out is None:
+        _checks.check_result(shape, table.dtype, "query_length and key_length")
         out = np.empty(shape, dtype=table.dtype)
     else:
         out = _checks.out_array(out, shape)
@@ -214,6 +215,7 @@ def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length:
         g = g.sum(axis=tuple(range(g.ndim - 3)), dtype=np.float64)   # no reshape(-1): size 0
     work = np.float64 if g.dtype == np.float64 else np.float32
     g = _checks.c_array(g, work)
+    _checks.check_result((nbk, g.shape[0]), work, "num_buckets", copies=2)
     out = np.empty((nbk, g.shape[0]), dtype=work)
     _core._t5_bias_backward(g, out, bidirectional, md, off)
     return out.astype(dtype, copy=False)
@@ -241,6 +243,7 @@ def relative_position_index(query_length: int, key_length: int,
     q = _length(query_length, "query_length")
     k = _length(key_length, "key_length")
     K = _length(max_relative_position, "max_relative_position")
+    _checks.check_result((q, k), np.int64, "query_length and key_length")
     out = np.empty((q, k), dtype=np.int64)
     _core._shaw_index(out, K)
     return out
@@ -271,6 +274,7 @@ def relative_embeddings(table: Any, query_length: int, key_length: int) -> np.nd
             f"table must have 2*max_relative_position + 1 (odd) rows, got {table.shape[0]}")
     q = _length(query_length, "query_length")
     k = _length(key_length, "key_length")
+    _checks.check_result((q, k, table.shape[1]), table.dtype, "query_length and key_length")
     out = np.empty((q, k, table.shape[1]), dtype=table.dtype)
     _core._shaw_embed(table, out)
     return out
@@ -300,6 +304,7 @@ def relative_embeddings_backward(grad: Any, max_relative_position: int,
     dtype = g.dtype
     work = np.float64 if dtype == np.float64 else np.float32
     g = _checks.c_array(g, work)
+    _checks.check_result((2 * K + 1, g.shape[2]), work, "max_relative_position", copies=2)
     out = np.empty((2 * K + 1, g.shape[2]), dtype=work)
     _core._shaw_embed_backward(g, out)
     return out.astype(dtype, copy=False)
