@@ -462,6 +462,8 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     h = inv.shape[0]
     _checks.check_result((end, h), np.complex64, "end")
     out = np.empty((end, h), dtype=np.complex64)
+    if out.size == 0:       # no frequencies (dim < 2): nothing to compute, however long
+        return out
     # float64 angles in row blocks (half-split layout: the h values come first)
     rows = _checks.block_rows(4 * 8 * h, end)
     for a in range(0, end, rows):

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 from posemb import _core

@@ -6,12 +6,11 @@ positions accumulate).
 """
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 from posemb import _core
 
-TORCH = {np.float16: torch.float16, np.float32: torch.float32, np.float64: torch.float64}
 
 
 # ---------------------------------------------------------------- references

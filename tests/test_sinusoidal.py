@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 from posemb import _core
@@ -17,9 +17,10 @@ from posemb import _core
 
 # ---------------------------------------------------------------- references
 
-def torch_sinusoid(seq_len, dim, start=0, base=10000.0, dtype=torch.float32):
+def torch_sinusoid(seq_len, dim, start=0, base=10000.0, dtype=None):
     """Seed 003's create_sinusoidal_encodings, computed in ``dtype``, with a
     start position, a base, and TorchLean's rule for odd dims (i = j // 2)."""
+    dtype = torch.float32 if dtype is None else dtype
     i = torch.arange(0, (dim + 1) // 2, dtype=dtype)
     div_term = torch.exp(-np.log(base) * (2 * i / max(dim, 1)))
     position = torch.arange(start, start + seq_len, dtype=dtype).unsqueeze(1)

@@ -146,6 +146,15 @@ def test_temporaries_are_a_fraction_of_the_result(name, code, nbytes):
     assert isinstance(got, list), got
 
 
+def test_empty_width_with_a_huge_length_returns_at_once():
+    # found by the fuzzer: 2**40 rows of nothing looped over 2**17 blocks of positions
+    got = run_child("""
+        r = posemb.precompute_freqs_cis(0, 2**40)
+        result = [list(r.shape), str(r.dtype)]
+    """, timeout=30)
+    assert got == [[2**40, 0], "complex64"]
+
+
 def test_blocked_tables_equal_unblocked():
     """The blocks change no bit: float16 tables, freqs_cis, xpos, mrope."""
     pos = np.arange(70000)
