@@ -28,8 +28,8 @@ def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
     ``dtype``: within an ulp of Press's ``start * ratio ** i``, and exact when
     ``e`` is an integer.  For ``num_heads`` not a power of two, with ``c`` the
     largest power of two below it, the slopes are ``get_slopes(c)`` followed
-    by ``get_slopes(2c)[0::2][:num_heads - c]``.  Seed 003's ``1 / 2**(8h/H)``
-    is the power-of-two case.
+    by ``get_slopes(2c)[0::2][:num_heads - c]``.  The ``1 / 2**(8h/H)`` of the
+    "Positional Encodings in Transformer Models" tutorial is the power-of-two case.
 
     Parameters
     ----------

@@ -185,7 +185,7 @@ def _sinusoidal_cases(quick: bool) -> list[Case]:
 
     t_fn = None
     if torch is not None:
-        def t_fn() -> Any:   # create_sinusoidal_encodings (seed 003), float32
+        def t_fn() -> Any:   # the MLM tutorial's create_sinusoidal_encodings, float32
             i = torch.arange(0, d // 2)
             div_term = torch.exp(-np.log(10000) * (2 * i / d))
             position = torch.arange(n).unsqueeze(1)

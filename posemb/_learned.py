@@ -1,6 +1,7 @@
 """Learned position encodings: the fused forward, the backward, LearnedPE.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (PyTorch ``nn.Embedding`` and its gradient; GPT-2/BERT position
+embeddings; TorchLean's learned positional encoding):
 
 * ``weight`` is the ``(max_length, dim)`` table (``nn.Embedding(max_length, dim)``).
 * Forward ``y = x + weight[positions]`` for ``x`` of shape ``(..., seq, dim)``;

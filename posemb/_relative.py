@@ -1,6 +1,9 @@
 """Relative position biases and embeddings: T5 buckets and Shaw et al.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (Raffel et al., T5, and Hugging Face ``modeling_t5.py``
+``T5Attention._relative_position_bucket``/``compute_bias``; Shaw et al.,
+"Self-Attention with Relative Position Representations", arXiv:1803.02155,
+and tensor2tensor ``_generate_relative_positions_matrix``):
 
 * ``rp = key_pos - query_pos``.  T5 (Hugging Face ``T5Attention``) maps it to
   one of ``num_buckets`` buckets -- exact buckets near zero, logarithmic ones
@@ -228,7 +231,8 @@ def relative_position_index(query_length: int, key_length: int,
     ``index[i, j] = clip(j - q_pos_i, -K, K) + K`` with ``K =
     max_relative_position`` and the queries at the last ``query_length`` key
     positions, ``q_pos_i = key_length - query_length + i``.  Indexes a table of
-    ``2K + 1`` rows (seed 003's module, with clipping).
+    ``2K + 1`` rows (Shaw et al.'s clipping; the "Positional Encodings in
+    Transformer Models" tutorial's ``RelativePositionalEncoding`` without it).
 
     Examples
     --------

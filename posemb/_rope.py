@@ -1,6 +1,8 @@
 """Rotary position embeddings (RoPE): tables, apply, and the RoPE module.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (Su et al., "RoFormer", arXiv:2104.09864; Hugging Face
+``modeling_llama.py`` ``rotate_half``/``apply_rotary_pos_emb``; Meta llama
+``model.py`` ``precompute_freqs_cis``/``apply_rotary_emb``):
 
 * ``d`` is the head size, ``r <= d`` the rotary width (partial rotary when
   ``r < d``), ``h = r // 2`` pairs, ``inv_freq[i] = base ** (-2i / r)``.

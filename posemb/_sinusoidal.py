@@ -1,6 +1,8 @@
 """Sinusoidal (absolute) position encodings: the table, x + table, AbsolutePE.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (Vaswani et al., "Attention Is All You Need", section 3.5;
+PositionalEmbeddings.jl ``AbsolutePE``; TorchLean; tensor2tensor
+``get_timing_signal_1d`` for the concatenated layout):
 
 * ``PE[p, 2i] = sin(p * w_i)``, ``PE[p, 2i+1] = cos(p * w_i)`` with
   ``w_i = base ** (-2i / dim)`` (Vaswani et al.; PositionalEmbeddings.jl

@@ -1,5 +1,6 @@
 """Shared fixtures.  torch is a test dependency (the ``test`` extra pins a
-CPU build); reference formulas are written in PyTorch from REFERENCE.md."""
+CPU build) for the parity tests, which are written in PyTorch from the
+systems they reproduce and skip without it (tests/_torch.py)."""
 import numpy as np
 import pytest
 

@@ -1,6 +1,6 @@
 """T5 relative position bias and Shaw relative embeddings vs PyTorch references.
 
-The references are written here from REFERENCE.md: a line-for-line torch
+The references are written here from the sources: a line-for-line torch
 transcription of HF's ``T5Attention._relative_position_bucket`` and
 ``compute_bias``, and tensor2tensor's clipped relative positions.
 """
@@ -196,8 +196,8 @@ def test_relative_position_index_matches_t2t(q, k, K):
     np.testing.assert_array_equal(got, shaw_index(q, k, K).numpy())
 
 
-def test_relative_embeddings_seed003_module():
-    # seed 003's RelativePositionalEncoding (no clipping) equals ours once K >= L - 1
+def test_relative_embeddings_tutorial_module():
+    # the MLM tutorial's RelativePositionalEncoding (no clipping) equals ours once K >= L - 1
     L, K, d = 7, 6, 8
     torch.manual_seed(0)
     table = torch.randn(2 * K + 1, d)

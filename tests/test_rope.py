@@ -1,4 +1,5 @@
-"""RoPE against PyTorch transcriptions of the reference formulas (REFERENCE.md).
+"""RoPE against PyTorch transcriptions of HF ``rotate_half``/``apply_rotary_pos_emb``
+(``modeling_llama.py``) and Meta llama ``precompute_freqs_cis``/``apply_rotary_emb``.
 
 References written here, in PyTorch:
 - HF transformers: rotate_half, apply_rotary_pos_emb, LlamaRotaryEmbedding's

@@ -1,5 +1,6 @@
 """RoPE scaling (HF rope_scaling dicts) and rope_config against PyTorch
-transcriptions of transformers' ``modeling_rope_utils.py`` (REFERENCE.md).
+transcriptions of transformers' ``modeling_rope_utils.py`` (``ROPE_INIT_FUNCTIONS``) and Meta's
+``apply_scaling`` (llama3).
 
 The transcriptions below follow HF's compute functions line by line, with the
 working dtype a parameter: float64 to check posemb's float64 frequencies to the

@@ -1,6 +1,6 @@
 """RoPE variants against PyTorch transcriptions of the systems they reproduce.
 
-References written here, in PyTorch (REFERENCE.md and the named sources):
+References written here, in PyTorch (from the named sources):
 - per-sequence offsets, apply_qk and varlen: loops of the plain per-sequence
   rotation (HF rotate_half formula), flash-attn's cu_seqlens convention.
 - HF convert_llama_weights_to_hf.py ``permute``; Meta's complex RoPE.

@@ -1,4 +1,4 @@
-"""posemb.torch against pure-PyTorch formulas (REFERENCE.md), forward and backward.
+"""posemb.torch against pure-PyTorch formulas (HF/Meta, as in each family test), forward and backward.
 
 References written here, in PyTorch: HF ``rotate_half``/``apply_rotary_pos_emb``
 and ``LlamaRotaryEmbedding``; the GPT-J interleaved rotation; ``x + nn.Embedding``;
