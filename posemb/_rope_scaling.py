@@ -142,7 +142,8 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     Parameters
     ----------
     dim : int
-        Rotary width (``head_dim * partial_rotary_factor``); even.
+        Rotary width (``head_dim * partial_rotary_factor``), ``>= 0``; an odd
+        width has ``dim // 2`` pairs and its last feature passes through.
     base : float
         ``rope_theta``.
     scaling : dict or None
@@ -181,7 +182,8 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     >>> round(attn, 6)
     1.138629
     """
-    dim = _checks.even_size(dim, "dim")
+    # an odd width has dim // 2 pairs (the last feature passes through)
+    dim = _checks.size(dim, "dim")
     base = _checks.positive_float(base, "base")
     cfg = normalize_scaling(scaling)
     rope_type = cfg["rope_type"]
@@ -220,7 +222,7 @@ def _scaled_frequencies(dim: int, base: float, cfg: Mapping[str, Any],
     """The inverse frequencies ``idx`` (float64 indices ``i < dim // 2``) of
     the checked ``cfg``, and the attention factor."""
     rope_type = cfg["rope_type"]
-    exponents = 2.0 * idx / dim
+    exponents = 2.0 * idx / max(dim, 1)
     plain = base ** -exponents
 
     if rope_type == "default":

@@ -85,6 +85,7 @@ def test_sdist_metadata(sdist):
     assert "posemb" in meta.get_payload()                 # the README is the description
 
 
+@pytest.mark.slow
 def test_sdist_alone_builds_a_wheel(sdist, tmp_path):
     with tarfile.open(sdist) as tar:
         if hasattr(tarfile, "data_filter"):
