@@ -758,7 +758,27 @@ def mk_core(g):
     return fn, args, {}, None
 
 
-MAKERS = [(mk_apply_rope, 8), (lambda g: mk_apply_rope(g, True), 4), (mk_rope_cos_sin, 3),
+def mk_registry(g):
+    """A registered call (tests/registry.py) with one argument, sometimes,
+    replaced by anything: every public function is fuzzed, including ones
+    added after the makers above were written."""
+    import registry
+
+    name, fn, args, kwargs, _ = g.pick(registry.REGISTRY)
+    args, kwargs = list(args), dict(kwargs)
+    if kwargs.get("out") is not None or "apply_qk" in name:
+        kwargs.pop("out", None)          # shared buffers of the registry stay untouched
+    slots = [("a", i) for i in range(len(args))] + [("k", k) for k in kwargs]
+    if slots and g.chance(0.7):
+        kind, key = g.pick(slots)
+        if kind == "a":
+            args[key] = g.anything()
+        else:
+            kwargs[key] = g.anything()
+    return fn, tuple(args), kwargs, None
+
+
+MAKERS = [(mk_registry, 6), (mk_apply_rope, 8), (lambda g: mk_apply_rope(g, True), 4), (mk_rope_cos_sin, 3),
           (mk_rope_module, 6), (mk_rotate, 2), (mk_hf, 2), (mk_meta, 2), (mk_tables, 2),
           (mk_sinusoidal, 5), (mk_learned, 6), (mk_t5, 5), (mk_shaw, 4), (mk_alibi, 3),
           (mk_masks, 4), (mk_attention, 2), (mk_scaling, 4), (mk_varlen, 5),
