@@ -202,23 +202,26 @@ def attention_mask(query_length: int, key_length: int | None = None, *,
            [1, 1, 0],
            [1, 1, 0]])
     """
-    q = _checks.size(query_length, "query_length")
-    k = q if key_length is None else _checks.size(key_length, "key_length")
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_EXTENT)
+    k = q if key_length is None else _checks.bounded(key_length, "key_length", _checks.MAX_EXTENT)
     if _checks.flag(causal, "causal"):
         mask = causal_mask(q, k, window=window, query_offset=query_offset)
     elif window is not None:
         # bidirectional local attention: keys within window - 1 of the query's position
         off = k - q if query_offset is None else _signed(query_offset, "query_offset")
         w = _checks.size(window, "window", minimum=1)
+        # int64 distances and their absolute values, then the mask
+        _checks.check_result((q, k), np.int64, "query_length and key_length", copies=2,
+                             extra=_checks.nbytes((q, k), np.bool_))
         i = np.arange(q, dtype=np.int64)[:, None] + off
         mask = np.abs(np.arange(k, dtype=np.int64)[None, :] - i) < w
     else:
-        if q > _MAX_EXTENT or k > _MAX_EXTENT:
-            raise ValueError(f"query_length and key_length must be <= 2**61, got {q}, {k}")
+        _checks.check_result((q, k), np.bool_, "query_length and key_length")
         mask = np.ones((q, k), dtype=np.bool_)
     if lengths is None:
         return mask
-    _lengths(lengths, k, "key_length")      # names key_length when it is too short
+    n = _lengths(lengths, k, "key_length")      # names key_length when it is too short
+    _checks.check_result((n.shape[0], q, k), np.bool_, "lengths, query_length and key_length")
     keys = padding_to_attention_mask(padding_mask(lengths, k, side=side))
     return mask[None, None] & keys
 
