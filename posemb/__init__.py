@@ -41,7 +41,6 @@ def _require_built_extension() -> None:
 _require_built_extension()
 
 from ._rope import (  # noqa: E402
-    RoPE,
     apply_rope,
     apply_rope_backward,
     apply_rotary_emb,
@@ -58,6 +57,7 @@ from ._rope import (  # noqa: E402
 from ._threads import get_num_threads, set_num_threads
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
+from ._rope_module import RoPE, rope_config  # noqa: E402
 from ._sinusoidal import *  # noqa: F401,F403
 from ._learned import *  # noqa: F401,F403
 from ._relative import *  # noqa: F401,F403
@@ -85,6 +85,7 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "__version__",
+    "rope_config",
     *_rope_scaling.__all__,
     *_rope_variants.__all__,
     *_sinusoidal.__all__,

@@ -1,4 +1,5 @@
-"""RoPE scaling as model configs describe it, and RoPE modules from a config.
+"""RoPE scaling as model configs describe it (the module built from a config,
+:func:`rope_config`, is in ``_rope_module``).
 
 The ``scaling`` dicts are Hugging Face's ``rope_scaling`` (``rope_parameters``
 in transformers v5): ``{"rope_type": ..., "factor": ..., ...}``, the key
@@ -34,7 +35,7 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["rope_scaling_parameters", "rope_config"]
+__all__ = ["rope_scaling_parameters"]
 
 #: rope_type -> (required keys, optional keys) of the scaling dict
 ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -355,118 +356,3 @@ def frequency_regime(scaling: Mapping[str, Any], max_position_embeddings: int | 
     if rope_type == "dynamic" and max_position_embeddings is not None:
         return seq_len if seq_len > max_position_embeddings else None
     return None
-
-
-def _get(cfg: Mapping[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return None
-
-
-def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
-                dtype: Any = np.float32) -> Any:
-    """A :class:`RoPE` that reproduces a model's rotary embedding from its ``config.json``.
-
-    Reads (as transformers does): ``head_dim`` or ``hidden_size //
-    num_attention_heads`` (``qk_rope_head_dim`` for DeepSeek's MLA, GPT-J's
-    ``n_embd``/``n_head``), ``rope_theta`` (GPT-NeoX ``rotary_emb_base``;
-    default 10000), ``partial_rotary_factor`` (GPT-NeoX ``rotary_pct``; GPT-J
-    ``rotary_dim``), ``rope_scaling`` (or transformers v5 ``rope_parameters``),
-    ``max_position_embeddings`` and a top-level
-    ``original_max_position_embeddings`` (Phi-3).  The interleaved layout is
-    used for GPT-J and when ``rope_interleave`` is true (DeepSeek-V3:
-    transformers de-interleaves q and k before its half-split rotation, so its
-    outputs are these with each head's features in the order ``0, 2, 4, ...,
-    1, 3, 5, ...``; ``q . k`` is the same); otherwise the half-split layout of
-    transformers.  A multimodal config whose
-    rotary settings live in ``text_config`` is read from there.
-
-    Parameters
-    ----------
-    config : dict
-        The parsed ``config.json``.
-    seq_len : int, optional
-        Rows of the table cache made up front (default ``min(max_position_embeddings,
-        4096)``); later positions extend it.
-    dtype : float16, float32 or float64
-        dtype of the cached tables.
-
-    Examples
-    --------
-    >>> import numpy as np, posemb
-    >>> llama31 = {"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
-    ...            "max_position_embeddings": 131072,
-    ...            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-    ...                             "high_freq_factor": 4.0,
-    ...                             "original_max_position_embeddings": 8192}}
-    >>> rope = posemb.rope_config(llama31)
-    >>> rope.head_size, rope.rotary_dim, rope.scaling["rope_type"]
-    (128, 128, 'llama3')
-    >>> q = np.ones((1, 32, 5, 128), np.float32)
-    >>> rope(q, offset=100000).shape
-    (1, 32, 5, 128)
-    """
-    from ._rope import RoPE
-
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
-    cfg: Mapping[str, Any] = config
-    size_keys = ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")
-    text = cfg.get("text_config")
-    if isinstance(text, Mapping) and not any(cfg.get(k) is not None for k in size_keys):
-        cfg = text
-
-    params = _get(cfg, "rope_scaling", "rope_parameters")
-    if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"config['rope_scaling'] must be a dict or None, got {type(params).__name__}")
-    params = dict(params or {})
-
-    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek MLA: RoPE on the rope slice only
-        head_size = _checks.size(cfg["qk_rope_head_dim"], "config['qk_rope_head_dim']", minimum=2)
-    elif cfg.get("head_dim") is not None:
-        head_size = _checks.size(cfg["head_dim"], "config['head_dim']", minimum=2)
-    else:
-        hidden = _get(cfg, "hidden_size", "n_embd")
-        heads = _get(cfg, "num_attention_heads", "n_head")
-        if hidden is None or heads is None:
-            raise ValueError(
-                "config needs 'head_dim', or 'hidden_size' and 'num_attention_heads' "
-                "(or 'qk_rope_head_dim' for DeepSeek MLA)")
-        hidden = _checks.size(hidden, "config['hidden_size']", minimum=1)
-        heads = _checks.size(heads, "config['num_attention_heads']", minimum=1)
-        head_size = hidden // heads
-
-    theta = _get(cfg, "rope_theta", "rotary_emb_base")
-    if theta is None:
-        theta = params.get("rope_theta", 10000.0)
-    base = _checks.positive_float(theta, "config['rope_theta']")
-
-    if cfg.get("rotary_dim") is not None:  # GPT-J
-        rotary_dim = _checks.size(cfg["rotary_dim"], "config['rotary_dim']", minimum=2)
-    else:
-        fraction = _get(cfg, "partial_rotary_factor", "rotary_pct")
-        if fraction is None:
-            fraction = params.get("partial_rotary_factor", 1.0)
-        fraction = _checks.positive_float(fraction, "config['partial_rotary_factor']")
-        if fraction > 1.0:
-            raise ValueError(f"config['partial_rotary_factor'] must be <= 1, got {fraction}")
-        rotary_dim = int(head_size * fraction)
-    if rotary_dim % 2 or rotary_dim < 2:
-        raise ValueError(
-            f"config gives a rotary width of {rotary_dim} (head_dim {head_size} times "
-            f"partial_rotary_factor); it must be even and >= 2")
-
-    max_pos = _get(cfg, "max_position_embeddings", "n_positions")
-    if max_pos is not None:
-        max_pos = _checks.size(max_pos, "config['max_position_embeddings']", minimum=1)
-    if (cfg.get("original_max_position_embeddings") is not None
-            and params.get("original_max_position_embeddings") is None and params):
-        params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
-
-    interleaved = (_checks.flag(cfg.get("rope_interleave", False), "config['rope_interleave']")
-                   or cfg.get("model_type") == "gptj")
-    if seq_len is None:
-        seq_len = min(max_pos or 4096, 4096)
-    return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,
-                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos)

@@ -266,7 +266,7 @@ def _fork_while_inside(monkeypatch, module, hook_name, hold, child_call):
 
 
 def test_fork_while_rope_cache_grows(monkeypatch):
-    import posemb._rope as rope_mod
+    import posemb._rope_module as rope_mod
 
     rope = posemb.RoPE(8, 4, dtype=np.float64)
     x = np.random.default_rng(3).standard_normal((2, 5, 8))
