@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 import posemb
-from posemb import _core
+from posemb import _native as _core
 
 Fn = Callable[[], Any]
 

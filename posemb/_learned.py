@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
 
 __all__ = ["learned_pe_forward", "learned_pe_backward", "LearnedPE"]

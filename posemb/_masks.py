@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = [
     "causal_mask",

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = [
     "t5_relative_position_bucket",

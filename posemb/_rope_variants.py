@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._rope import _rotate_qk_unsqueezed, _tables, rope_inv_freq
 from ._rope_scaling import rope_scaling_parameters
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
 from ._threads import instance_lock
 

@@ -7,7 +7,8 @@ import warnings
 import weakref
 from typing import Any
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = ["set_num_threads", "get_num_threads"]
 

@@ -89,8 +89,8 @@ def rope_path(request, monkeypatch):
 
 def test_grid_path_is_taken(rope_path, monkeypatch):
     calls = []
-    real = posemb._core._rope_grid
-    monkeypatch.setattr(posemb._core, "_rope_grid", lambda *a: calls.append(1) or real(*a))
+    real = posemb._native._rope_grid
+    monkeypatch.setattr(posemb._native, "_rope_grid", lambda *a: calls.append(1) or real(*a))
     x = np.ones((2, 3, 5, 8), np.float32)
     cos, sin = posemb.rope_cos_sin(np.arange(5), 8)
     posemb.apply_rope(x, cos, sin)

@@ -43,3 +43,18 @@ def test_rope_stack_layers():
     assert deps["_rope_scaling"] & {"_rope", "_rope_variants", "_rope_module"} == set()
     assert deps["_rope"] & {"_rope_variants", "_rope_module"} == set()
     assert "_rope_module" not in deps["_rope_variants"]
+
+
+def test_one_module_talks_to_core():
+    """Only posemb/_native.py imports the C extension."""
+    importers = []
+    for p in PKG.glob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            names = []
+            if isinstance(n, ast.ImportFrom):
+                names = [n.module or ""] + [a.name for a in n.names]
+            elif isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            if any(x == "_core" or x.endswith("._core") for x in names):
+                importers.append(p.name)
+    assert sorted(set(importers)) == ["_native.py"]
