@@ -20,7 +20,7 @@ import numpy as np
 from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
-from ._rope_scaling import rope_scaling_parameters
+from ._rope_scaling import normalize_scaling, rope_scaling_parameters
 
 __all__ = [
     "rope_inv_freq",
@@ -220,7 +220,8 @@ def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
 def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
                  interleaved: bool = False, dtype: Any = np.float32,
                  scaling: Any = None, max_position_embeddings: int | None = None,
-                 seq_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 seq_len: int | None = None,
+                 precision: str = "exact") -> tuple[np.ndarray, np.ndarray]:
     """Full-width RoPE tables ``(cos, sin)`` for integer positions.
 
     The angle ``p * inv_freq[i]`` is formed in float64 and cos/sin are rounded
@@ -250,6 +251,12 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     seq_len : int, optional
         Current sequence length for ``dynamic``/``longrope``; default
         ``positions.max() + 1``, which is what HF's ``dynamic_rope_update`` uses.
+    precision : {"exact", "float32", "bfloat16"}
+        ``"exact"`` (default): float64 angles, rounded once.  ``"float32"``:
+        transformers'/Meta's float32 recipe (float32 inverse frequencies and
+        angles, bit-equal to theirs; cos/sin within one float32 ulp of
+        PyTorch's).  ``"bfloat16"``: the Go walk-through's bfloat16 recipe
+        (position 8191 stored as 8160).  See ``posemb._rope_precision``.
 
     Returns
     -------
@@ -274,6 +281,15 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     pos = _checks.positions_array(positions, row_bytes=2 * width * dt.itemsize + 8)
     if seq_len is None and pos.size:
         seq_len = int(_checks.unique_view(pos).max()) + 1
+    if precision != "exact":
+        from . import _rope_precision
+        _rope_precision.check_precision(precision)
+        rope_scaling_parameters(dim, base, scaling,  # validates every argument
+                                max_position_embeddings=max_position_embeddings)
+        return _rope_precision.framework_cos_sin(
+            pos, dim, float(base), normalize_scaling(scaling),
+            interleaved=_checks.flag(interleaved, "interleaved"), dtype=dt, precision=precision,
+            max_position_embeddings=max_position_embeddings, seq_len=seq_len)
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)

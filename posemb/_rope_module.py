@@ -16,7 +16,9 @@ import numpy as np
 from . import _checks
 from ._bfloat16 import accepts_bfloat16
 from ._rope import _kind, _run, _seq_axis, _tables
-from ._rope_scaling import frequency_regime, normalize_scaling, rope_scaling_parameters
+from ._conventions import rope_convention
+from ._rope_scaling import (_get, frequency_regime, layer_rope_parameters, normalize_scaling,
+                            rope_scaling_parameters)
 from ._rope_variants import apply_rope_varlen
 from ._threads import instance_lock
 
@@ -50,9 +52,15 @@ class RoPE:
         ``longrope``, ``llama3``; see :func:`rope_scaling_parameters`).  The
         yarn/longrope attention factor multiplies the tables.  ``dynamic`` and
         ``longrope`` pick their frequencies per call from the largest position
-        + 1, as HF's ``dynamic_rope_update`` does.
+        + 1 (for ``dynamic``, transformers' module instead keeps the frequencies
+        of the longest sequence it has seen; :class:`posemb.torch.RotaryEmbedding`
+        does the same).
     max_position_embeddings : int, optional
         The model's context length, for the scaling types that need it.
+    precision : {"exact", "float32", "bfloat16"}
+        How the tables are formed (see :func:`rope_cos_sin`): exact by
+        default, or transformers'/Meta's float32 recipe, or the Go
+        walk-through's bfloat16 one.
 
     Notes
     -----
@@ -91,7 +99,10 @@ class RoPE:
     def __init__(self, head_size: int, seq_len: int, *, base: float = 10000.0,
                  scale: float = 1.0, interleaved: bool = False,
                  rotary_dim: int | None = None, dtype: Any = np.float32,
-                 scaling: Any = None, max_position_embeddings: int | None = None) -> None:
+                 scaling: Any = None, max_position_embeddings: int | None = None,
+                 precision: str = "exact") -> None:
+        from ._rope_precision import check_precision
+        self.precision = check_precision(precision)
         self.head_size = _checks.size(head_size, "head_size")
         if rotary_dim is None:
             self.rotary_dim = self.head_size
@@ -103,6 +114,9 @@ class RoPE:
         self.seq_len = _checks.size(seq_len, "seq_len")
         self.base = _checks.positive_float(base, "base")
         self.scale = _checks.finite_float(scale, "scale")
+        if self.precision != "exact" and self.scale != 1.0:
+            raise ValueError(f"scale must be 1 with precision={self.precision!r} (the framework "
+                             f"recipes have no angle scale), got {self.scale}")
         self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
         # before a huge inv_freq is made
@@ -130,6 +144,21 @@ class RoPE:
         self._cache: dict[tuple[np.dtype, Any], tuple[np.ndarray, np.ndarray]] = {}
         self._cached_tables(self.dtype, self.seq_len)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The lock cannot be pickled and the tables are cheap to remake: a
+        # pickled RoPE carries only its parameters and frequencies, so it
+        # travels to multiprocessing (spawn), joblib and dask.distributed
+        # workers, where the tables are made again, bit for bit the same.
+        state = self.__dict__.copy()
+        del state["_lock"], state["_cache"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = instance_lock(self)
+        self._cache = {}
+        self._cached_tables(self.dtype, self.seq_len)
+
     def __repr__(self) -> str:
         extra = ""
         if self.scaling["rope_type"] != "default":
@@ -137,7 +166,8 @@ class RoPE:
                      f"max_position_embeddings={self.max_position_embeddings}")
         return (f"RoPE(head_size={self.head_size}, seq_len={self.seq_len}, base={self.base}, "
                 f"scale={self.scale}, interleaved={self.interleaved}, "
-                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra})")
+                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra}"
+                + (f", precision={self.precision!r}" if self.precision != "exact" else "") + ")")
 
     @property
     def cos_cached(self) -> np.ndarray:
@@ -181,9 +211,8 @@ class RoPE:
                 return tables
             rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
             inv, attn = self._frequencies(key, need)
-            cos, sin = _tables(np.arange(rows, dtype=np.int64), inv,
-                               self.interleaved, dtype, attn, self.rotary_dim, name="seq_len",
-                               culprit=self._culprit)
+            cos, sin = self._make(np.arange(rows, dtype=np.int64), inv, attn, dtype, need,
+                                  name="seq_len")
             cos.flags.writeable = False
             sin.flags.writeable = False
             self._cache[(dtype, key)] = (cos, sin)
@@ -233,9 +262,8 @@ class RoPE:
         # far beyond any sensible cache, or dynamic NTK frequencies of this
         # length: compute just these rows
         inv, attn = self._frequencies(key, stop)
-        return _tables(np.arange(start, stop, dtype=np.int64), inv,
-                       self.interleaved, dtype, attn, self.rotary_dim, name="seq_len",
-                       culprit=self._culprit)
+        return self._make(np.arange(start, stop, dtype=np.int64), inv, attn, dtype, stop,
+                          name="seq_len")
 
     def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         top = int(_checks.unique_view(pos).max()) + 1 if pos.size else 0
@@ -244,8 +272,20 @@ class RoPE:
             cos, sin = self._cached_tables(dtype, top, key)
             return cos[pos], sin[pos]
         inv, attn = self._frequencies(key, top)
-        return _tables(pos, inv, self.interleaved, dtype, attn, self.rotary_dim,
-                       culprit=self._culprit)
+        return self._make(pos, inv, attn, dtype, top)
+
+    def _make(self, positions: np.ndarray, inv: np.ndarray, attn: float, dtype: np.dtype,
+              seq_len: int, name: str = "positions") -> tuple[np.ndarray, np.ndarray]:
+        """Tables for ``positions``: exact, or by the framework recipe of ``precision``."""
+        if self.precision == "exact":
+            return _tables(positions, inv, self.interleaved, dtype, attn, self.rotary_dim,
+                           name=name, culprit=self._culprit)
+        from ._rope_precision import framework_cos_sin
+        return framework_cos_sin(positions, self.rotary_dim, self.base, self.scaling,
+                                 interleaved=self.interleaved, dtype=dtype,
+                                 precision=self.precision,
+                                 max_position_embeddings=self.max_position_embeddings,
+                                 seq_len=seq_len)
 
     def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
         """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""
@@ -311,7 +351,7 @@ class RoPE:
         ndim = len(x.shape)
         sa = _seq_axis(seq_axis, ndim)
         if positions is not None:
-            pos = _checks.positions_array(positions)
+            pos = _checks.integer_array(positions, "positions")
             try:
                 pos = np.broadcast_to(pos, tuple(x.shape[:-1]))
             except ValueError:
@@ -379,7 +419,7 @@ class RoPE:
             ka = _seq_axis(seq_axis, len(np.shape(k)))
             if qa != len(np.shape(q)) - 2 or ka != len(np.shape(k)) - 2:
                 if positions is not None:
-                    pos = _checks.positions_array(positions)
+                    pos = _checks.integer_array(positions, "positions")
                     try:
                         pos = np.broadcast_to(pos, tuple(np.shape(q)[:-1]))
                     except ValueError:
@@ -507,30 +547,31 @@ class RoPE:
         return _run(_kind(self.interleaved, True), grad, cos, sin, out, "grad")
 
 
-def _get(cfg: Mapping[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return None
-
-
 def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
-                dtype: Any = np.float32) -> Any:
+                dtype: Any = np.float32, layer_type: str | None = None,
+                interleaved: bool | None = None, precision: str = "exact") -> Any:
     """A :class:`RoPE` that reproduces a model's rotary embedding from its ``config.json``.
 
     Reads (as transformers does): ``head_dim`` or ``hidden_size //
     num_attention_heads`` (``qk_rope_head_dim`` for DeepSeek's MLA, GPT-J's
     ``n_embd``/``n_head``), ``rope_theta`` (GPT-NeoX ``rotary_emb_base``;
     default 10000), ``partial_rotary_factor`` (GPT-NeoX ``rotary_pct``; GPT-J
-    ``rotary_dim``), ``rope_scaling`` (or transformers v5 ``rope_parameters``),
+    ``rotary_dim``; the family's default when absent, e.g. 0.5 for GLM),
+    ``rope_scaling`` (or transformers v5 ``rope_parameters``),
     ``max_position_embeddings`` and a top-level
-    ``original_max_position_embeddings`` (Phi-3).  The interleaved layout is
-    used for GPT-J and when ``rope_interleave`` is true (DeepSeek-V3:
-    transformers de-interleaves q and k before its half-split rotation, so its
-    outputs are these with each head's features in the order ``0, 2, 4, ...,
-    1, 3, 5, ...``; ``q . k`` is the same); otherwise the half-split layout of
-    transformers.  A multimodal config whose
-    rotary settings live in ``text_config`` is read from there.
+    ``original_max_position_embeddings`` (Phi-3).  The pair layout is the
+    model family's (:func:`rope_convention`: interleaved for GPT-J, CodeGen,
+    Cohere, GLM, DeepSeek-V2/V3; half-split otherwise), unless
+    ``interleaved`` says otherwise.  DeepSeek-V3's transformers module
+    returns its rotated features de-interleaved (``0, 2, 4, ..., 1, 3, 5,
+    ...``); this RoPE keeps them in place (``q . k`` is the same).  A
+    multimodal config whose rotary settings live in ``text_config`` is read
+    from there.
+
+    Per-layer-type RoPE (Gemma 3's ``rope_local_base_freq``, ModernBERT's
+    global/local theta, transformers v5's nested ``rope_parameters``, see
+    :func:`layer_rope_parameters`) needs ``layer_type`` (e.g.
+    ``"sliding_attention"``); a NoPE layer type gives None.
 
     Parameters
     ----------
@@ -541,6 +582,13 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
         4096)``); later positions extend it.
     dtype : float16, float32 or float64
         dtype of the cached tables.
+    layer_type : str, optional
+        Which layers' RoPE, for configs that set it per layer type.
+    interleaved : bool, optional
+        Override the family's pair layout.
+    precision : {"exact", "float32", "bfloat16"}
+        The tables' recipe (see :func:`rope_cos_sin`); ``"float32"`` is the
+        model's transformers computation.
 
     Examples
     --------
@@ -556,21 +604,57 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     >>> q = np.ones((1, 32, 5, 128), np.float32)
     >>> rope(q, offset=100000).shape
     (1, 32, 5, 128)
+    >>> gemma3 = {"model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560,
+    ...           "num_attention_heads": 8, "rope_theta": 1000000.0,
+    ...           "rope_local_base_freq": 10000.0, "max_position_embeddings": 131072,
+    ...           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+    >>> posemb.rope_config(gemma3, layer_type="sliding_attention").base
+    10000.0
+    >>> posemb.rope_config({"model_type": "glm4", "hidden_size": 64, "num_attention_heads": 2,
+    ...                     "max_position_embeddings": 128}).interleaved
+    True
     """
+
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
     cfg: Mapping[str, Any] = config
     size_keys = ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not any(cfg.get(k) is not None for k in size_keys):
-        cfg = text
+        cfg = dict(text, model_type=text.get("model_type", cfg.get("model_type")))
+    conv = rope_convention(cfg)
 
-    params = _get(cfg, "rope_scaling", "rope_parameters")
-    if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"config['rope_scaling'] must be a dict or None, got {type(params).__name__}")
-    params = dict(params or {})
+    layers = layer_rope_parameters(cfg)
+    if layers is not None:
+        if layer_type is None:
+            raise ValueError(
+                f"config sets RoPE per layer type ({', '.join(map(repr, layers))}): pass "
+                f"layer_type= one of them")
+        if layer_type not in layers:
+            raise ValueError(f"layer_type {layer_type!r} is not one of the config's layer types "
+                             f"{list(layers)}")
+        if layers[layer_type] is None:
+            return None     # a NoPE layer type
+        params = dict(layers[layer_type] or {})
+    else:
+        declared = cfg.get("layer_types")
+        if (layer_type is not None and isinstance(declared, (list, tuple))
+                and layer_type not in declared):
+            raise ValueError(f"layer_type {layer_type!r} is not one of the config's layer_types "
+                             f"{sorted(set(declared))}")
+        params = _get(cfg, "rope_scaling", "rope_parameters")
+        if params is not None and not isinstance(params, Mapping):
+            raise TypeError(
+                f"config['rope_scaling'] must be a dict or None, got {type(params).__name__}")
+        params = dict(params or {})
 
-    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek MLA: RoPE on the rope slice only
+    if params and params.get("rope_type") is None and params.get("type") is None:
+        params["rope_type"] = "default"   # e.g. {"rope_theta": ...} alone
+    rope_dim_key = conv.rotary_dim_key
+    if rope_dim_key == "qk_rope_head_dim" or cfg.get("qk_rope_head_dim") is not None:
+        if cfg.get("qk_rope_head_dim") is None:
+            raise ValueError("config of a DeepSeek MLA model needs 'qk_rope_head_dim'")
+        # DeepSeek MLA: RoPE on the rope slice only
         head_size = _checks.size(cfg["qk_rope_head_dim"], "config['qk_rope_head_dim']", minimum=2)
     elif cfg.get("head_dim") is not None:
         head_size = _checks.size(cfg["head_dim"], "config['head_dim']", minimum=2)
@@ -585,17 +669,28 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
         heads = _checks.size(heads, "config['num_attention_heads']", minimum=1)
         head_size = hidden // heads
 
-    theta = _get(cfg, "rope_theta", "rotary_emb_base")
-    if theta is None:
+    if layers is not None:
         theta = params.get("rope_theta", 10000.0)
+    else:
+        theta = _get(cfg, "rope_theta", "rotary_emb_base")
+        if theta is None:
+            theta = params.get("rope_theta", 10000.0)
     base = _checks.positive_float(theta, "config['rope_theta']")
 
-    if cfg.get("rotary_dim") is not None:  # GPT-J
+    fraction = _get(cfg, "partial_rotary_factor", "rotary_pct")
+    if fraction is None:
+        fraction = params.get("partial_rotary_factor", conv.partial_rotary_factor)
+    if params.get("rope_type", params.get("type")) == "proportional":
+        # the partial factor shapes the frequencies; the whole head "rotates"
+        params.setdefault("partial_rotary_factor", fraction)
+        rotary_dim = head_size
+    elif cfg.get("rotary_dim") is not None:  # GPT-J, CodeGen
         rotary_dim = _checks.size(cfg["rotary_dim"], "config['rotary_dim']", minimum=2)
+        n_ctx, n_head = cfg.get("n_ctx"), _get(cfg, "n_head", "num_attention_heads")
+        if rope_dim_key == "rotary_dim" and cfg.get("model_type") == "codegen" \
+                and n_ctx is not None and n_head:
+            rotary_dim = min(rotary_dim, int(n_ctx) // int(n_head))  # CodeGenModel.__init__
     else:
-        fraction = _get(cfg, "partial_rotary_factor", "rotary_pct")
-        if fraction is None:
-            fraction = params.get("partial_rotary_factor", 1.0)
         fraction = _checks.positive_float(fraction, "config['partial_rotary_factor']")
         if fraction > 1.0:
             raise ValueError(f"config['partial_rotary_factor'] must be <= 1, got {fraction}")
@@ -611,10 +706,17 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     if (cfg.get("original_max_position_embeddings") is not None
             and params.get("original_max_position_embeddings") is None and params):
         params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
+    if params and params.get("rope_type", params.get("type")) in ("yarn", "longrope", "llama3") \
+            and params.get("original_max_position_embeddings") is None and max_pos is not None:
+        # transformers' standardize_rope_params: the pretraining length defaults to max_pos
+        params["original_max_position_embeddings"] = max_pos
 
-    interleaved = (_checks.flag(cfg.get("rope_interleave", False), "config['rope_interleave']")
-                   or cfg.get("model_type") == "gptj")
+    if interleaved is None:
+        interleaved = conv.interleaved
+    else:
+        interleaved = _checks.flag(interleaved, "interleaved")
     if seq_len is None:
         seq_len = min(max_pos or 4096, 4096)
     return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,
-                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos)
+                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos,
+                precision=precision)

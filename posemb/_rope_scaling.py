@@ -24,6 +24,13 @@ Types (``h = dim // 2`` frequencies, ``orig`` the original context length):
   ``inv / short_factor``; attention factor ``sqrt(1 + ln(factor)/ln(orig))``.
 * ``llama3``: Meta's ``apply_scaling`` (keep high frequencies, divide low ones
   by ``factor``, interpolate smoothly in between).
+* ``proportional``: the first ``int(partial_rotary_factor * dim // 2)``
+  frequencies ``base ** (-2i / dim)`` (over the whole head, not the rotated
+  part), the rest 0 (those pairs pass through), all divided by ``factor``
+  (default 1): transformers' ``_compute_proportional_rope_parameters``.
+
+These are the types of transformers' ``ROPE_INIT_FUNCTIONS`` (5.x) plus
+``default``.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["rope_scaling_parameters"]
+__all__ = ["rope_scaling_parameters", "layer_rope_parameters"]
 
 #: rope_type -> (required keys, optional keys) of the scaling dict
 ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -48,6 +55,7 @@ ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                  ("factor", "attention_factor", "original_max_position_embeddings")),
     "llama3": (("factor", "low_freq_factor", "high_freq_factor",
                 "original_max_position_embeddings"), ()),
+    "proportional": ((), ("factor", "partial_rotary_factor")),
 }
 
 # Names configs on the Hub use for a listed type.  Qwen2-VL writes
@@ -150,7 +158,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     scaling : dict or None
         Hugging Face ``rope_scaling``: ``rope_type`` (or ``type``) one of
         ``default``, ``linear``, ``dynamic``, ``yarn``, ``longrope``,
-        ``llama3``, and that type's keys.
+        ``llama3``, ``proportional``, and that type's keys.
     max_position_embeddings : int, optional
         The model's ``max_position_embeddings``: required by ``dynamic``; used by
         ``yarn`` and ``longrope`` when ``scaling`` has no
@@ -231,6 +239,16 @@ def _scaled_frequencies(dim: int, base: float, cfg: Mapping[str, Any],
 
     if rope_type == "linear":
         return plain / _real(cfg, "factor"), 1.0
+
+    if rope_type == "proportional":
+        factor = _real(cfg, "factor") if cfg.get("factor") is not None else 1.0
+        fraction = (_real(cfg, "partial_rotary_factor")
+                    if cfg.get("partial_rotary_factor") is not None else 1.0)
+        if fraction > 1.0:
+            raise ValueError(f"scaling['partial_rotary_factor'] must be <= 1, got {fraction}")
+        angles = int(fraction * dim // 2)
+        inv = np.where(np.arange(dim // 2) < angles, plain, 0.0)
+        return inv / factor, 1.0
 
     if rope_type == "dynamic":
         factor = _real(cfg, "factor")
@@ -327,15 +345,17 @@ def _scaled_frequencies(dim: int, base: float, cfg: Mapping[str, Any],
     factor = _real(cfg, "factor")
     low_ff = _real(cfg, "low_freq_factor")
     high_ff = _real(cfg, "high_freq_factor")
-    if high_ff <= low_ff:   # else Meta's apply_scaling and HF's formula disagree
+    if high_ff < low_ff:   # else Meta's apply_scaling and HF's formula disagree
         raise ValueError(
-            f"scaling['high_freq_factor'] must be greater than scaling['low_freq_factor'], got "
-            f"{high_ff} and {low_ff}")
+            f"scaling['high_freq_factor'] must not be less than scaling['low_freq_factor'], "
+            f"got {high_ff} and {low_ff}")
     orig = _length(cfg, "original_max_position_embeddings")
     low_wavelen = orig / low_ff
     high_wavelen = orig / high_ff
     wavelen = 2.0 * math.pi / plain
     inv = np.where(wavelen > low_wavelen, plain / factor, plain)
+    if high_ff == low_ff:   # Llama 4: no smooth band, a step at orig / low_freq_factor
+        return inv, 1.0
     smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1.0 - smooth) * inv / factor + smooth * inv
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
@@ -356,3 +376,75 @@ def frequency_regime(scaling: Mapping[str, Any], max_position_embeddings: int | 
     if rope_type == "dynamic" and max_position_embeddings is not None:
         return seq_len if seq_len > max_position_embeddings else None
     return None
+
+
+def _get(cfg: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
+
+
+#: layer-type names transformers uses as keys of a nested ``rope_parameters``
+_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+
+
+def layer_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any] | None] | None:
+    """Per-layer-type RoPE settings of a config, or None when every layer shares one.
+
+    Returns ``{layer_type: rope_parameters or None}`` (None: a NoPE layer
+    type), each dict carrying its ``rope_theta``.  Three spellings exist:
+
+    * transformers v5's nested ``rope_parameters`` (keys from ``layer_types``);
+    * Gemma 3's published files: ``rope_theta`` (global, default 1e6, with
+      ``rope_scaling`` on full-attention layers only) and
+      ``rope_local_base_freq`` (sliding-window layers, default 1e4), as
+      ``Gemma3TextConfig.convert_rope_params_to_dict`` reads them;
+    * ModernBERT's ``global_rope_theta`` (default 160000) and
+      ``local_rope_theta`` (default 1e4), ``rope_scaling`` on both.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> layers = posemb.layer_rope_parameters(
+    ...     {"model_type": "gemma3_text", "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+    ...      "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    >>> layers["full_attention"]["factor"], layers["sliding_attention"]["rope_theta"]
+    (8.0, 10000.0)
+    >>> posemb.layer_rope_parameters({"rope_theta": 1e4}) is None
+    True
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    params = _get(config, "rope_parameters", "rope_scaling")
+    declared = config.get("layer_types")
+    names = set(_LAYER_TYPES) | (set(declared) if isinstance(declared, (list, tuple)) else set())
+    if isinstance(params, Mapping) and params and all(k in names for k in params):
+        out: dict[str, dict[str, Any] | None] = {}
+        for key, value in params.items():
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(f"config['rope_parameters'][{key!r}] must be a dict or None, "
+                                f"got {type(value).__name__}")
+            if value is None:
+                out[key] = None
+                continue
+            value = dict(value)
+            if value.get("rope_theta") is None:
+                value["rope_theta"] = config.get("rope_theta", 10000.0)
+            out[key] = value
+        return out
+    flat = dict(params) if isinstance(params, Mapping) else {}
+    mt = config.get("model_type")
+    if mt in ("gemma3", "gemma3_text") or config.get("rope_local_base_freq") is not None:
+        full = dict(flat, rope_theta=flat.get("rope_theta", config.get("rope_theta", 1e6)))
+        local = {"rope_type": "default",
+                 "rope_theta": config.get("rope_local_base_freq", 10000.0)}
+        return {"full_attention": full, "sliding_attention": local}
+    if (mt == "modernbert" or config.get("global_rope_theta") is not None
+            or config.get("local_rope_theta") is not None):
+        full = dict(flat, rope_theta=config.get("global_rope_theta", 160000.0))
+        local = dict(flat, rope_theta=config.get("local_rope_theta", 10000.0))
+        return {"full_attention": full, "sliding_attention": local}
+    return None
+
+

@@ -64,7 +64,7 @@ def test_limits_are_defined_once_in_checks():
 
     offenders = []
     for path in sorted((ROOT / "posemb").glob("*.py")):
-        if path.name in ("_checks.py", "_bench.py"):
+        if path.name in ("_checks.py", "_bench.py", "__main__.py"):   # the CLI prints KiB/MiB
             continue
         toks = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
                 if t.type in (tokenize.NUMBER, tokenize.OP)]
