@@ -120,7 +120,9 @@ class RoPE:
         self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
         # before a huge inv_freq is made
+        # (and the positions they are made from)
         _checks.check_result((self.seq_len, self.rotary_dim), self.dtype, "seq_len", copies=2,
+                             extra=8 * self.seq_len,
                              what=f"the ({self.seq_len}, {self.rotary_dim}) {self.dtype.name} "
                                   f"cos/sin cache")
         self.scaling = normalize_scaling(scaling)

@@ -85,6 +85,7 @@ def test_no_bare_memory_error_in_python():
 @pytest.mark.parametrize("call, name", [
     (lambda: posemb.rope_cos_sin(np.broadcast_to(np.int64(1), (2**34,)), 128), "positions"),
     (lambda: posemb.RoPE(128, 2**40), "seq_len"),
+    (lambda: posemb.RoPE(0, 2**53 + 1), "seq_len"),      # found by the fuzzer: no width, 2**53 rows
     (lambda: posemb.RoPE(8, 4).cos_sin(seq_len=2**50), "seq_len"),
     (lambda: posemb.precompute_freqs_cis(128, 2**45), "end"),
     (lambda: posemb.compute_frequencies(128, 2**45), "seq_len"),
