@@ -4,39 +4,17 @@ The references are written here from the sources: a line-for-line torch
 transcription of HF's ``T5Attention._relative_position_bucket`` and
 ``compute_bias``, and tensor2tensor's clipped relative positions.
 """
-import math
 
 import numpy as np
 import pytest
 from _torch import torch
+from _hf import hf_bucket
 
 import posemb
 from posemb import _core
 
 
 # ---------------------------------------------------------------- references
-
-def hf_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
-    """HF transformers' T5Attention._relative_position_bucket, transcribed."""
-    relative_buckets = 0
-    if bidirectional:
-        num_buckets //= 2
-        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
-        relative_position = torch.abs(relative_position)
-    else:
-        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-    relative_position_if_large = max_exact + (
-        torch.log(relative_position.float() / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).to(torch.long)
-    relative_position_if_large = torch.min(
-        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1))
-    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
-    return relative_buckets
-
 
 def hf_compute_bias(weight, query_length, key_length, bidirectional=True,
                     num_buckets=32, max_distance=128, query_offset=0):
