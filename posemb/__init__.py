@@ -56,6 +56,7 @@ from ._rope import (  # noqa: E402
 )
 
 from ._threads import get_num_threads, set_num_threads
+from ._bench import bench
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
 from ._conventions import *  # noqa: F401,F403
@@ -85,6 +86,7 @@ __all__ = [
     "rotate_pairs",
     "get_num_threads",
     "set_num_threads",
+    "bench",
     "__version__",
     *_rope_scaling.__all__,
     *_rope_variants.__all__,

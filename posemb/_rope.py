@@ -713,6 +713,21 @@ class RoPE:
         self._cache: dict[tuple[np.dtype, Any], tuple[np.ndarray, np.ndarray]] = {}
         self._cached_tables(self.dtype, self.seq_len)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The lock cannot be pickled and the tables are cheap to remake: a
+        # pickled RoPE carries only its parameters and frequencies, so it
+        # travels to multiprocessing (spawn), joblib and dask.distributed
+        # workers, where the tables are made again, bit for bit the same.
+        state = self.__dict__.copy()
+        del state["_lock"], state["_cache"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._cache = {}
+        self._cached_tables(self.dtype, self.seq_len)
+
     def __repr__(self) -> str:
         extra = ""
         if self.scaling["rope_type"] != "default":
