@@ -188,32 +188,34 @@ check_disjoint(PyObject *a, const char *na, PyObject *b, const char *nb)
 /* RoPE: apply gufuncs, rotate_half, tables                             */
 /* ------------------------------------------------------------------ */
 
-typedef struct { pe_rope_fn fn; npy_intp itemsize; } rope_kernel;
+typedef struct { int kind, type; } rope_kernel;
 typedef struct { void (*fn)(const pe_unary_loop *); } unary_kernel;
 
-/* signature (d),(r),(r)->(d); dims = {n, d, r}; 4 outer + 4 core steps */
+/* Called by long kernels (without the GIL) every ~100 ms of work: 1 if a
+ * signal handler raised (e.g. KeyboardInterrupt on Ctrl-C), the error set. */
+static int
+stop_on_signal(void)
+{
+    PyGILState_STATE st = PyGILState_Ensure();
+    const int stop = PyErr_CheckSignals() < 0;
+    PyGILState_Release(st);
+    return stop;
+}
+
+/* signature (h,s,d),(s,r),(s,r)->(h,s,d); dims = {n, h, s, d, r};
+ * steps: 4 outer, then x (h, s, d), cos (s, r), sin (s, r), y (h, s, d) */
 static void
 rope_loop(char **args, npy_intp const *dims, npy_intp const *steps,
           void *data)
 {
-    pe_rope_loop L;
-    L.n = dims[0];
-    L.d = dims[1];
-    L.r = dims[2];
-    L.x = args[0];
-    L.cos = args[1];
-    L.sin = args[2];
-    L.y = args[3];
-    L.x_step = steps[0];
-    L.cos_step = steps[1];
-    L.sin_step = steps[2];
-    L.y_step = steps[3];
-    L.x_inner = steps[4];
-    L.cos_inner = steps[5];
-    L.sin_inner = steps[6];
-    L.y_inner = steps[7];
-    pe_rope_parallel(((const rope_kernel *)data)->fn, &L,
-                     ((const rope_kernel *)data)->itemsize);
+    const rope_kernel *k = (const rope_kernel *)data;
+    const pe_rope_grid g = {
+        dims[0], dims[1], dims[2], dims[3], dims[4],
+        args[0], args[1], args[2], args[3],
+        steps[0], steps[4], steps[5], steps[3], steps[11], steps[12],
+        steps[1], steps[7], steps[2], steps[9],
+        steps[6], steps[8], steps[10], steps[13], stop_on_signal};
+    pe_rope_apply(&g, k->kind, k->type);
 }
 
 /* signature (d)->(d); dims = {n, d}; 2 outer + 2 core steps */
@@ -234,14 +236,14 @@ unary_loop(char **args, npy_intp const *dims, npy_intp const *steps,
 }
 
 /*
- * Core dims of (d),(r),(r)->(d): the table width r must not exceed d.  An
+ * Core dims of (h,s,d),(s,r),(s,r)->(h,s,d): r must not exceed d.  An
  * odd r is allowed here (its unpaired feature is copied) because dask
  * probes gufuncs with every dimension 1; posemb.apply_rope refuses it.
  */
 static int
 rope_core_dims(PyUFuncObject *ufunc, npy_intp *core)
 {
-    const npy_intp d = core[0], r = core[1];
+    const npy_intp d = core[2], r = core[3];
     if (r > d) {
         PyErr_Format(PyExc_ValueError,
                      "%s: cos/sin width (last axis, %zd) must not exceed "
@@ -265,21 +267,11 @@ even_core_dim(PyUFuncObject *ufunc, npy_intp *core)
     return 0;
 }
 
-static const rope_kernel rope_half_fwd[3] = {{pe_rope_half_fwd_f16, 2},
-                                             {pe_rope_half_fwd_f32, 4},
-                                             {pe_rope_half_fwd_f64, 8}};
-static const rope_kernel rope_half_back[3] = {{pe_rope_half_back_f16, 2},
-                                              {pe_rope_half_back_f32, 4},
-                                              {pe_rope_half_back_f64, 8}};
-static const rope_kernel rope_inter_fwd[3] = {{pe_rope_inter_fwd_f16, 2},
-                                              {pe_rope_inter_fwd_f32, 4},
-                                              {pe_rope_inter_fwd_f64, 8}};
-static const rope_kernel rope_inter_back[3] = {{pe_rope_inter_back_f16, 2},
-                                               {pe_rope_inter_back_f32, 4},
-                                               {pe_rope_inter_back_f64, 8}};
-/* by kind: 0 half fwd, 1 half back, 2 interleaved fwd, 3 interleaved back */
-static const rope_kernel *const rope_by_kind[4] = {
-    rope_half_fwd, rope_half_back, rope_inter_fwd, rope_inter_back};
+/* kind: 0 half fwd, 1 half back, 2 interleaved fwd, 3 interleaved back */
+static const rope_kernel rope_half_fwd[3] = {{0, 0}, {0, 1}, {0, 2}};
+static const rope_kernel rope_half_back[3] = {{1, 0}, {1, 1}, {1, 2}};
+static const rope_kernel rope_inter_fwd[3] = {{2, 0}, {2, 1}, {2, 2}};
+static const rope_kernel rope_inter_back[3] = {{3, 0}, {3, 1}, {3, 2}};
 static const unary_kernel rotate_half_k[3] = {
     {pe_rotate_half_f16}, {pe_rotate_half_f32}, {pe_rotate_half_f64}};
 
@@ -375,115 +367,47 @@ py_rope_table(PyObject *Py_UNUSED(self), PyObject *args)
 }
 
 
+/* The ISA each family's kernels use at the selected level. */
 static PyObject *
-py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
+py_dispatch(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(arg))
 {
-    PyObject *xo, *co, *so, *yo;
-    PyArrayObject *x, *c, *s, *y;
-    int kind, typenum, k, t, simd = 2;
-    const rope_kernel *kern;
-    pe_rope_grid g;
+    const int lv = pe_cpu_level();
+    return Py_BuildValue("{s:s,s:s,s:s,s:s,s:s,s:s}",
+                         "level", pe_cpu_name(lv),
+                         "supported", pe_cpu_name(pe_cpu_supported()),
+                         "rope", pe_cpu_name(lv > PE_CPU_AVX2 ? PE_CPU_AVX2 : lv),
+                         "sinusoidal", pe_cpu_name(lv),
+                         "learned", pe_cpu_name(lv > PE_CPU_SSE2 ? PE_CPU_SSE2 : lv),
+                         "streaming_stores", lv >= PE_CPU_SSE2 ? "yes" : "no");
+}
 
-    if (!PyArg_ParseTuple(args, "iOOOO|i:_rope_grid", &kind, &xo, &co, &so, &yo,
-                          &simd))
-        return NULL;
-    if (kind < 0 || kind > 3) {
-        PyErr_SetString(PyExc_ValueError, "kind must be 0..3");
-        return NULL;
+/*
+ * Pick the CPU level once: the best this CPU runs, or POSEMB_CPU
+ * (baseline, sse2, avx2, avx512).  A level above the CPU's is clamped to
+ * it with a RuntimeWarning; an unknown name is ignored with one.
+ */
+static int
+select_cpu(void)
+{
+    const char *env = getenv("POSEMB_CPU");
+    int want = -1, got, i;
+    if (env != NULL && env[0] != '\0') {
+        for (i = 0; i < PE_CPU_LEVELS; i++)
+            if (strcmp(env, pe_cpu_name(i)) == 0)
+                want = i;
+        if (want < 0 &&
+            PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                             "POSEMB_CPU=%s is not one of baseline, sse2, avx2, "
+                             "avx512: ignored", env) < 0)
+            return -1;
     }
-    if (!PyArray_Check(xo)) {
-        PyErr_SetString(PyExc_TypeError, "x must be a numpy.ndarray");
-        return NULL;
-    }
-    typenum = PyArray_TYPE((PyArrayObject *)xo);
-    k = typenum == NPY_HALF ? 0 : typenum == NPY_FLOAT ? 1
-        : typenum == NPY_DOUBLE ? 2 : -1;
-    if (k < 0) {
-        PyErr_SetString(PyExc_TypeError, "x must be float16, float32 or float64");
-        return NULL;
-    }
-    if (check_strided(xo, "x", typenum, 4, 0) < 0 ||
-        check_strided(co, "cos", typenum, 4, 0) < 0 ||
-        check_strided(so, "sin", typenum, 4, 0) < 0 ||
-        check_strided(yo, "out", typenum, 4, 1) < 0)
-        return NULL;
-    x = (PyArrayObject *)xo;
-    c = (PyArrayObject *)co;
-    s = (PyArrayObject *)so;
-    y = (PyArrayObject *)yo;
-    for (t = 0; t < 4; t++) {
-        if (PyArray_DIM(y, t) != PyArray_DIM(x, t)) {
-            PyErr_SetString(PyExc_ValueError, "out must have x's shape");
-            return NULL;
-        }
-    }
-    for (t = 0; t < 2; t++) {
-        PyArrayObject *tab = t ? s : c;
-        const char *nm = t ? "sin" : "cos";
-        if (PyArray_DIM(tab, 1) != 1 ||
-            (PyArray_DIM(tab, 0) != 1 && PyArray_DIM(tab, 0) != PyArray_DIM(x, 0)) ||
-            (PyArray_DIM(tab, 2) != 1 && PyArray_DIM(tab, 2) != PyArray_DIM(x, 2))) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s must have shape (1|B, 1, 1|S, r) for x of shape (B, H, S, d)",
-                         nm);
-            return NULL;
-        }
-    }
-    g.B = PyArray_DIM(x, 0);
-    g.H = PyArray_DIM(x, 1);
-    g.S = PyArray_DIM(x, 2);
-    g.d = PyArray_DIM(x, 3);
-    g.r = PyArray_DIM(c, 3);
-    if (PyArray_DIM(s, 3) != g.r || g.r % 2 != 0 || g.r > g.d) {
-        PyErr_SetString(PyExc_ValueError,
-                        "cos/sin width must be equal, even and at most x's last axis");
-        return NULL;
-    }
-    /* out is x itself, or shares no memory with any input */
-    if (!(PyArray_DATA(y) == PyArray_DATA(x) &&
-          PyArray_STRIDE(y, 0) == PyArray_STRIDE(x, 0) &&
-          PyArray_STRIDE(y, 1) == PyArray_STRIDE(x, 1) &&
-          PyArray_STRIDE(y, 2) == PyArray_STRIDE(x, 2) &&
-          PyArray_STRIDE(y, 3) == PyArray_STRIDE(x, 3))) {
-        if (extents_overlap(y, x)) {
-            PyErr_SetString(PyExc_ValueError, "out overlaps x");
-            return NULL;
-        }
-    }
-    if (extents_overlap(y, c) || extents_overlap(y, s)) {
-        PyErr_SetString(PyExc_ValueError, "out overlaps cos or sin");
-        return NULL;
-    }
-    g.x = PyArray_BYTES(x);
-    g.y = PyArray_BYTES(y);
-    g.cos = PyArray_BYTES(c);
-    g.sin = PyArray_BYTES(s);
-    g.x_b = PyArray_STRIDE(x, 0);
-    g.x_h = PyArray_STRIDE(x, 1);
-    g.x_s = PyArray_STRIDE(x, 2);
-    g.x_inner = PyArray_STRIDE(x, 3);
-    g.y_b = PyArray_STRIDE(y, 0);
-    g.y_h = PyArray_STRIDE(y, 1);
-    g.y_s = PyArray_STRIDE(y, 2);
-    g.y_inner = PyArray_STRIDE(y, 3);
-    g.cos_b = PyArray_DIM(c, 0) == 1 ? 0 : PyArray_STRIDE(c, 0);
-    g.cos_s = PyArray_DIM(c, 2) == 1 ? 0 : PyArray_STRIDE(c, 2);
-    g.cos_inner = PyArray_STRIDE(c, 3);
-    g.sin_b = PyArray_DIM(s, 0) == 1 ? 0 : PyArray_STRIDE(s, 0);
-    g.sin_s = PyArray_DIM(s, 2) == 1 ? 0 : PyArray_STRIDE(s, 2);
-    g.sin_inner = PyArray_STRIDE(s, 3);
-    kern = &rope_by_kind[kind][k];
-    Py_BEGIN_ALLOW_THREADS
-    {
-        /* f32/f64: SIMD kernels, duplicated half-split tables */
-        if (k > 0)
-            pe_rope_grid_fast(&g, kind, kern->itemsize, simd);
-        else
-            pe_rope_grid_run(kern->fn, &g, kern->itemsize);
-    }
-    Py_END_ALLOW_THREADS
-    Py_INCREF(yo);
-    return yo;
+    got = pe_cpu_select(want);
+    if (want > got &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "POSEMB_CPU=%s: this CPU (or build) runs at most %s; "
+                         "using %s", env, pe_cpu_name(got), pe_cpu_name(got)) < 0)
+        return -1;
+    return 0;
 }
 
 /* set_num_threads(n) -> n actually used; get_num_threads() */
@@ -561,9 +485,9 @@ py_stream(PyObject *Py_UNUSED(self), PyObject *args)
 }
 
 static PyMethodDef rope_methods[] = {
-    {"_rope_grid", py_rope_grid, METH_VARARGS,
-     "_rope_grid(kind, x, cos, sin, out, simd=2): position-blocked RoPE on "
-     "(B, H, S, d); simd caps the vector level (0 C, 1 SSE2, 2 AVX2), for tests."},
+    {"_dispatch", py_dispatch, METH_NOARGS,
+     "_dispatch() -> dict: the CPU level in use, the best this CPU runs, and "
+     "the code each kernel family runs (see posemb.show_config)."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n) -> the thread count now used by posemb's kernels."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,
@@ -582,18 +506,18 @@ register_rope(PyObject *m)
 #define ADD_ROPE(NAME, KERNELS, DOC)                                          \
     if (add_gufunc(m, NAME, DOC, rope_funcs, KERNELS##_data, KERNELS,         \
                    sizeof(rope_kernel), 3, rope_types, 3, 1,                 \
-                   "(d),(r),(r)->(d)", rope_core_dims) < 0)                                       \
+                   "(h,s,d),(s,r),(s,r)->(h,s,d)", rope_core_dims) < 0)                                       \
         return -1;
 
     ADD_ROPE("rope_half_fwd", rope_half_fwd,
              "Half-split RoPE: y = x*cos + rotate_half(x)*sin on the first r "
-             "features, (d),(r),(r)->(d).")
+             "features, (h,s,d),(s,r),(s,r)->(h,s,d).")
     ADD_ROPE("rope_half_back", rope_half_back,
-             "Adjoint of rope_half_fwd (its gradient), (d),(r),(r)->(d).")
+             "Adjoint of rope_half_fwd (its gradient), (h,s,d),(s,r),(s,r)->(h,s,d).")
     ADD_ROPE("rope_inter_fwd", rope_inter_fwd,
-             "Interleaved RoPE on pairs (2i, 2i+1), (d),(r),(r)->(d).")
+             "Interleaved RoPE on pairs (2i, 2i+1), (h,s,d),(s,r),(s,r)->(h,s,d).")
     ADD_ROPE("rope_inter_back", rope_inter_back,
-             "Adjoint of rope_inter_fwd (its gradient), (d),(r),(r)->(d).")
+             "Adjoint of rope_inter_fwd (its gradient), (h,s,d),(s,r),(s,r)->(h,s,d).")
 #undef ADD_ROPE
 
     if (add_gufunc(m, "rotate_half",
@@ -1708,6 +1632,8 @@ PyInit__core(void)
     import_array();
     import_umath();
 
+    if (select_cpu() < 0)
+        return NULL;
     m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;

@@ -37,6 +37,26 @@
 #define PE_SIMD_CLONES
 #endif
 
+/*
+ * x86-64 SIMD kernels (explicit intrinsics in functions with a target
+ * attribute) are built unless -DPOSEMB_NO_CLONES asks for the portable C
+ * kernels only.
+ */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(POSEMB_NO_CLONES)
+#define PE_X86_SIMD 1
+#endif
+
+/* ------------------------------------------------------------------ */
+/* CPU dispatch (dispatch.c): one level for the whole process          */
+/* ------------------------------------------------------------------ */
+enum { PE_CPU_BASELINE, PE_CPU_SSE2, PE_CPU_AVX2, PE_CPU_AVX512, PE_CPU_LEVELS };
+int pe_cpu_supported(void);      /* the best level this CPU and build run */
+/* Use level (-1: the best; above the best: clamped); returns the level
+ * used.  Called once, at import, before any kernel runs. */
+int pe_cpu_select(int level);
+int pe_cpu_level(void);          /* the level in use */
+const char *pe_cpu_name(int level);
+
 /* Helpers inlined into each SIMD clone, so they are compiled for its target. */
 #if defined(__GNUC__)
 #define PE_INLINE static inline __attribute__((always_inline))
@@ -80,6 +100,15 @@ typedef void (*pe_task_fn)(void *ctx, ptrdiff_t begin, ptrdiff_t end);
  * write disjoint memory.
  */
 void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx);
+/*
+ * pe_parallel_for over [0, n) in chunks of about PE_STOP_CHECK_BYTES
+ * (item_bytes per item); between chunks, once every ~100 ms of work, asks
+ * stop() (if not NULL) whether to stop.  Returns 1 if it stopped, else 0.
+ */
+typedef int (*pe_stop_fn)(void);
+int pe_parallel_for_stoppable(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t item_bytes,
+                              pe_task_fn fn, void *ctx, pe_stop_fn stop);
+#define PE_STOP_CHECK_BYTES ((ptrdiff_t)32 << 20)
 int pe_set_num_threads(int n);   /* clamps to [1, 64]; returns the value */
 int pe_get_num_threads(void);    /* default: online CPUs */
 
@@ -145,19 +174,14 @@ void pe_rope_inter_back_f32(const pe_rope_loop *a);
 void pe_rope_inter_back_f64(const pe_rope_loop *a);
 
 /*
- * Run a rotary kernel over L->n vectors on the thread pool (each part is
- * the same kernel on a sub-range of vectors).  itemsize is the element size.
- */
-void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize);
-
-/*
- * A (B, H, S, d) grid of vectors whose tables depend on (b, s) only: x/y
- * byte strides over (b, h, s), table strides over (b, s) (0 to broadcast),
- * inner strides over features.  The typical layouts are HF/Julia
- * (batch, heads, seq, head_dim) with tables (seq, dim) or (batch, 1, seq,
- * dim).  pe_rope_grid runs fn position-block by position-block with all H
- * heads inside a block, so each table row is read from memory once and
- * reused from cache for every head; blocks are spread over the pool.
+ * RoPE over a grid: the inner loop of the gufunc (h,s,d),(s,r),(s,r)->(h,s,d).
+ * B batch entries (the gufunc's outer loop) of H heads x S positions, each
+ * a vector of d features rotated by table row (b, s) of r <= d features:
+ * x/y byte strides over (b, h, s), table strides over (b, s), inner strides
+ * over features.  Any strides; y is x itself (same strides: in place) or
+ * overlaps no input (NumPy copies any other overlap first).  The typical
+ * layouts are HF/Julia (batch, heads, seq, head_dim) with tables (seq, dim)
+ * or (batch, seq, dim).
  */
 typedef struct pe_rope_grid {
     ptrdiff_t B, H, S, d, r;
@@ -166,9 +190,23 @@ typedef struct pe_rope_grid {
     ptrdiff_t x_b, x_h, x_s, y_b, y_h, y_s;
     ptrdiff_t cos_b, cos_s, sin_b, sin_s;
     ptrdiff_t x_inner, cos_inner, sin_inner, y_inner;
+    /* asked every ~100 ms of work whether to stop (NULL: never) */
+    pe_stop_fn stop;
 } pe_rope_grid;
 
-void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize);
+/*
+ * Run a grid: kind 0..3 (half fwd, half back, interleaved fwd, interleaved
+ * back), type 0..2 (float16, float32, float64).  The grid is cut into
+ * blocks of positions with all H heads inside a block, so each table row is
+ * read from memory once and reused from cache for every head; blocks are
+ * spread over the pool.  Each block takes the fastest kernel it allows, all
+ * with the bits of pe_rope_{half,inter}_*: half-split blocks whose table
+ * rows are duplicated (checked bitwise) read half the tables; f32/f64 take
+ * the SIMD kernels of the dispatched CPU level, with streaming stores for
+ * large out-of-place outputs.  Returns 1 if stopped part way (g->stop said
+ * so), else 0.
+ */
+int pe_rope_apply(const pe_rope_grid *g, int kind, int type);
 
 /*
  * Duplicated-table kernels: half-split RoPE for tables whose rows satisfy
@@ -179,19 +217,6 @@ void pe_rope_dup_fwd_f32(const pe_rope_loop *a);
 void pe_rope_dup_fwd_f64(const pe_rope_loop *a);
 void pe_rope_dup_back_f32(const pe_rope_loop *a);
 void pe_rope_dup_back_f64(const pe_rope_loop *a);
-
-/*
- * RoPE over a grid, float32 (itemsize 4) or float64 (8), kind 0..3 (half
- * fwd, half back, interleaved fwd, interleaved back): the bits of
- * pe_rope_{half,inter}_* by the fastest kernel each block of positions
- * allows.  Half-split blocks whose table rows are duplicated (checked
- * bitwise) read half the tables; on x86-64, explicit SSE2/AVX2 vectors and
- * streaming stores for large out-of-place outputs.  simd caps the vector
- * level: 0 portable C, 1 SSE2, 2 AVX2 (pe_rope_simd_level() is what this
- * CPU has).
- */
-void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd);
-int pe_rope_simd_level(void);
 
 /* out-of-place outputs at least this large use streaming stores */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)

@@ -494,36 +494,14 @@ DEFINE_ROPE_TABLE(float, f32)
 DEFINE_ROPE_TABLE(double, f64)
 
 /* ------------------------------------------------------------------ */
-/* Drivers: the thread pool, and position-blocked grids                 */
+/* The driver: position-blocked grids on the thread pool               */
 /* ------------------------------------------------------------------ */
-
-typedef struct { pe_rope_fn fn; const pe_rope_loop *L; } rope_range_job;
-
-static void rope_range_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
-{
-    const rope_range_job *job = (const rope_range_job *)ctx;
-    pe_rope_loop sub = *job->L;
-    sub.n = end - begin;
-    sub.x += begin * sub.x_step;
-    sub.cos += begin * sub.cos_step;
-    sub.sin += begin * sub.sin_step;
-    sub.y += begin * sub.y_step;
-    job->fn(&sub);
-}
 
 /* bytes one vector touches: x and y, and its table rows */
 static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 {
     const ptrdiff_t b = (2 * d + 2 * r) * itemsize;
     return b > 0 ? b : 1;
-}
-
-void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize)
-{
-    rope_range_job job = {fn, L};
-    const ptrdiff_t grain =
-        PE_PARALLEL_MIN_BYTES / rope_vector_bytes(L->d, L->r, itemsize) + 1;
-    pe_parallel_for(L->n, grain, rope_range_task, &job);
 }
 
 typedef struct {
@@ -598,13 +576,13 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 }
 
 /* table_bytes: the cos and sin rows of one block, about */
-static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
+static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
 {
     const pe_rope_grid *g = job->g;
     const ptrdiff_t row_bytes = 2 * (g->r > 0 ? g->r : 1) * job->itemsize;
     ptrdiff_t rows = table_bytes / row_bytes, block_bytes;
     if (g->B <= 0 || g->H <= 0 || g->S <= 0)
-        return;
+        return 0;
     if (rows < 1)
         rows = 1;
     if (rows > g->S)
@@ -612,79 +590,78 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     job->rows = rows;
     job->blocks = (g->S + rows - 1) / rows;
     block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, job->itemsize);
-    pe_parallel_for(g->B * job->blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
-                    rope_grid_task, job);
-}
-
-void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
-{
-    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0};
-    grid_run(&job, (ptrdiff_t)16 << 10);   /* a block's table rows: L1 */
+    return pe_parallel_for_stoppable(g->B * job->blocks,
+                                     PE_PARALLEL_MIN_BYTES / block_bytes + 1,
+                                     block_bytes, rope_grid_task, job, g->stop);
 }
 
 /* is p a multiple of a (a power of two)? */
 #define ALIGNED(p, a) ((((uintptr_t)(p)) & ((uintptr_t)(a) - 1u)) == 0)
 
-int pe_rope_simd_level(void)
+int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
 {
-#if defined(PE_ROPE_X86)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") ? 2 : 1;
-#else
-    return 0;
-#endif
-}
-
-void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd)
-{
-    static const pe_rope_fn full[4][2] = {
-        {pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
-        {pe_rope_half_back_f32, pe_rope_half_back_f64},
-        {pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
-        {pe_rope_inter_back_f32, pe_rope_inter_back_f64}};
-    static const pe_rope_fn dup[2][2] = {
-        {pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
-        {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
-    const int f64 = itemsize == 8, inter = kind >= 2, back = kind & 1;
+    static const pe_rope_fn full[4][3] = {
+        {pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
+        {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64},
+        {pe_rope_inter_fwd_f16, pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
+        {pe_rope_inter_back_f16, pe_rope_inter_back_f32, pe_rope_inter_back_f64}};
+    static const pe_rope_fn dup[2][3] = {
+        {NULL, pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
+        {NULL, pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
+    static const ptrdiff_t itemsizes[3] = {2, 4, 8};
+    const ptrdiff_t itemsize = itemsizes[type];
+    const int inter = kind >= 2, back = kind & 1;
+    pe_rope_grid gv = *grid;
+    const pe_rope_grid *g = &gv;
     const ptrdiff_t h = g->r / 2;
-    /* half-split: table rows checked block by block for duplicated halves */
-    rope_grid_job job = {full[kind][f64], inter ? NULL : dup[back][f64], g, itemsize,
-                         2048, 0, 0};
-    ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;
-    const int tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
+    rope_grid_job job = {full[kind][type], inter ? NULL : dup[back][type], g,
+                         itemsize, 2048, 0, 0};
+    ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;   /* a block's table rows: L1 */
+    int tables_ok;
+    /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
+     * in-place test below sees x and y alike */
+    if (gv.B == 1)
+        gv.x_b = gv.y_b = gv.cos_b = gv.sin_b = 0;
+    if (gv.H == 1)
+        gv.x_h = gv.y_h = 0;
+    if (gv.S == 1)
+        gv.x_s = gv.y_s = gv.cos_s = gv.sin_s = 0;
+    tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
     if (!tables_ok)
         job.dup = NULL;   /* (the dup kernels would take the full path) */
 #if defined(PE_ROPE_X86)
-    if (simd > pe_rope_simd_level())
-        simd = pe_rope_simd_level();
-    /* vectors run within a half (half-split) or across all pairs */
-    const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
-    if (tables_ok && simd > 0 && g->x_inner == itemsize && g->y_inner == itemsize &&
-        run_bytes % 16 == 0) {
-        const int in_place = g->y == g->x && g->y_b == g->x_b &&
-                             g->y_h == g->x_h && g->y_s == g->x_s;
-        const int avx2 = simd >= 2 && run_bytes % 32 == 0;
-        const int streaming =
-            !in_place && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
-            ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
-            ALIGNED(g->y_s, 16) &&
-            pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
-                               g->S / 2 * g->y_s);
-        pe_rope_fn fast;
-        if (streaming) {
-            fast = rope_nt_x86[inter][back][f64][simd >= 2];
-            job.prefetch = 0;                      /* (measured: no gain) */
-            table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
-        } else {
-            fast = rope_one_x86[inter][back][f64][avx2];
+    {
+        const int lv = pe_cpu_level();
+        const int simd = type == 0 ? 0 : lv >= PE_CPU_AVX2 ? 2 : lv;
+        /* vectors run within a half (half-split) or across all pairs */
+        const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
+        if (tables_ok && simd > 0 && g->x_inner == itemsize && g->y_inner == itemsize &&
+            run_bytes % 16 == 0) {
+            const int f64 = type == 2;
+            const int in_place = g->y == g->x && g->y_b == g->x_b &&
+                                 g->y_h == g->x_h && g->y_s == g->x_s;
+            const int avx2 = simd >= 2 && run_bytes % 32 == 0;
+            const int streaming =
+                !in_place &&
+                g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
+                ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
+                ALIGNED(g->y_s, 16) &&
+                pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
+                                   g->S / 2 * g->y_s);
+            pe_rope_fn fast;
+            if (streaming) {
+                fast = rope_nt_x86[inter][back][f64][simd >= 2];
+                job.prefetch = 0;                      /* (measured: no gain) */
+                table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
+            } else {
+                fast = rope_one_x86[inter][back][f64][avx2];
+            }
+            if (inter)
+                job.fn = fast;
+            else
+                job.dup = fast;
         }
-        if (inter)
-            job.fn = fast;
-        else
-            job.dup = fast;
     }
-#else
-    (void)simd;
 #endif
-    grid_run(&job, table_bytes);
+    return grid_run(&job, table_bytes);
 }

@@ -683,8 +683,9 @@ def mk_core(g):
     if r < 0.2:
         d, rr = g.small(0, 5), g.small(0, 5)
         uf = g.pick(GUFUNCS)
-        args = (g.array((2, d), fdt), g.array((2, rr), fdt), g.array((2, rr), fdt))
-        kw = {"out": g.array((2, d), fdt)} if g.chance(0.3) else {}
+        hh, ss = g.small(0, 3), g.small(0, 3)
+        args = (g.array((2, hh, ss, d), fdt), g.array((2, ss, rr), fdt), g.array((ss, rr), fdt))
+        kw = {"out": g.array((2, hh, ss, d), fdt)} if g.chance(0.3) else {}
         return uf, args, kw, None
     if r < 0.3:
         return g.pick([_core.rotate_half, _core.sinusoidal_add, _core.learned_pe_fwd]), tuple(
@@ -693,9 +694,8 @@ def mk_core(g):
         B, H, S, d = g.small(0, 2), g.small(0, 2), g.small(0, 3), 2 * g.small(0, 2)
         x = g.array((B, H, S, d), fdt, g.pick(["C", "strided", "reversed", "unaligned"]))
         out = x if g.chance(0.3) else g.array((B, H, S, d), fdt, g.pick(["C", "reversed"]))
-        return _core._rope_grid, (g.maybe(lambda: g.small(0, 3)), x,
-                                  g.array((1, 1, S, d), fdt), g.array((1, 1, S, d), fdt),
-                                  out), {}, None
+        return g.pick(GUFUNCS), (x, g.array((1, S, d), fdt), g.array((S, d), fdt)), \
+            {"out": out}, None
     n, h = g.small(0, 4), g.small(0, 3)
     edt = g.pick(["f4", "f8"])
     makers = [
@@ -768,7 +768,7 @@ CORE_OUTS = {"_rope_table": (4, 5), "_sinusoidal_table": (3,), "_learned_back": 
              "_t5_bucket": (1,), "_t5_bias": (1,), "_t5_bias_backward": (1,),
              "_shaw_index": (0,), "_shaw_embed": (1,), "_shaw_embed_backward": (1,),
              "_alibi_bias": (1,), "_causal_mask": (0,), "_padding_mask": (1,),
-             "_stream": (1, 2), "_rope_grid": (4,), "_rope_varlen": (7,)}
+             "_stream": (1, 2), "_rope_varlen": (7,)}
 
 
 def snapshot(fn, args, kw):
