@@ -27,7 +27,7 @@ from ._rope import (
     rotate_half,
 )
 
-from ._threads import get_num_threads, set_num_threads
+from ._threads import get_num_threads, set_num_threads, show_config
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
 from ._sinusoidal import *  # noqa: F401,F403
@@ -55,6 +55,7 @@ __all__ = [
     "rotate_half",
     "get_num_threads",
     "set_num_threads",
+    "show_config",
     "__version__",
     *_rope_scaling.__all__,
     *_rope_variants.__all__,

@@ -16,27 +16,21 @@
 #include <stdint.h>
 
 /*
- * Run-time SIMD dispatch: with GCC on x86-64 ELF targets, hot kernels are
- * compiled for AVX2 and the baseline (SSE2) and the loader picks one by
- * CPUID (an ifunc).  Elsewhere they are compiled once for the baseline.
- * The build itself never uses -march, so one wheel runs everywhere.
- * No AVX-512 clone: -mavx512f implies FMA, and GCC 12 then forms
- * vfmaddsub from the interleaved RoPE's a*b -/+ c*d despite
- * -ffp-contract=off, changing last bits (tests caught it).  The "avx2"
- * target has no FMA, so every path gives the same bits.  The few AVX-512F
- * kernels (sinusoidal.c) are written with explicit intrinsics, picked by
- * __builtin_cpu_supports, and a test checks the binary holds no FMA.
+ * SIMD: one CPU dispatch (dispatch.c).  The CPU is probed once, at import,
+ * and each family fills its table of kernels for the level chosen
+ * (baseline, sse2, avx2, avx512; POSEMB_CPU may ask for a lower one).
+ * Per-ISA kernels are separate functions with a target attribute, never
+ * target_clones or ifunc (musl has neither), and the build itself never
+ * uses -march, so one wheel runs everywhere.  No kernel uses FMA: the
+ * "avx2" target has none, GCC 12 would form vfmaddsub from the interleaved
+ * RoPE's a*b -/+ c*d under "avx512f" despite -ffp-contract=off, so the
+ * few AVX-512F kernels (sinusoidal.c) are explicit intrinsics, and a test
+ * checks the binary holds no FMA.  Every level gives the same bits.
  * Building with -DPOSEMB_NO_CLONES leaves only the portable C kernels (no
- * clones, no intrinsics): .ci/portable.sh runs the suite on such a build,
- * so the paths other CPUs take are tested here too.
+ * intrinsics, no streaming stores): .ci/portable.sh runs the suite on such
+ * a build, and .ci/cpu_levels.sh runs the kernel tests at every level this
+ * machine has.
  */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__ELF__) && !defined(POSEMB_NO_CLONES)
-#define PE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define PE_SIMD_CLONES
-#endif
-
 /*
  * x86-64 SIMD kernels (explicit intrinsics in functions with a target
  * attribute) are built unless -DPOSEMB_NO_CLONES asks for the portable C
@@ -56,6 +50,25 @@ int pe_cpu_supported(void);      /* the best level this CPU and build run */
 int pe_cpu_select(int level);
 int pe_cpu_level(void);          /* the level in use */
 const char *pe_cpu_name(int level);
+/* The ISA each family's SIMD kernels use at the level in use. */
+enum { PE_FAMILY_ROPE, PE_FAMILY_SINUSOIDAL, PE_FAMILY_LEARNED, PE_FAMILY_STREAM,
+       PE_FAMILIES };
+const char *pe_family_isa(int family);
+
+/*
+ * Limits, defined here once (the binding exports them to Python as
+ * posemb._core.MAX_EXTENT, ...):
+ *   PE_MAX_EXTENT: sizes and |query_offset| of bias and mask tables, so
+ *       that every key - query difference stays well inside int64;
+ *   PE_MAX_EXACT: positions (and T5's max_distance), exact in float64;
+ *   PE_MAX_EXACT_DISTANCE: ALiBi's sizes and |query_offset|, so that every
+ *       distance is exact in float64 after adding them;
+ *   PE_T5_MAX_BUCKETS: T5 buckets (the boundary table has one per bucket).
+ */
+#define PE_MAX_EXTENT (INT64_C(1) << 61)
+#define PE_MAX_EXACT (INT64_C(1) << 53)
+#define PE_MAX_EXACT_DISTANCE (INT64_C(1) << 52)
+#define PE_T5_MAX_BUCKETS (INT64_C(1) << 20)
 
 /* Helpers inlined into each SIMD clone, so they are compiled for its target. */
 #if defined(__GNUC__)
@@ -122,7 +135,8 @@ int pe_get_num_threads(void);    /* default: online CPUs */
 void pe_toeplitz_fill(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
                       ptrdiff_t itemsize, const void *diag, void *out);
 
-/* Streaming passes for the benchmarks' bandwidth limit (stream.c). */
+/* Streaming passes for the benchmarks' bandwidth limit (bench/stream.c,
+ * built into posemb._stream only, never into posemb._core). */
 void pe_stream_scale_f32(ptrdiff_t n, float *x, float a);   /* x *= a */
 void pe_stream_fill_f32(ptrdiff_t n, float *x, float a);    /* x = a  */
 void pe_stream_copy(ptrdiff_t nbytes, const void *src, void *dst);
@@ -208,15 +222,11 @@ typedef struct pe_rope_grid {
  */
 int pe_rope_apply(const pe_rope_grid *g, int kind, int type);
 
-/*
- * Duplicated-table kernels: half-split RoPE for tables whose rows satisfy
- * row[i + h] == row[i] (HF's concat(c, c)), reading only the first half;
- * bit-identical to pe_rope_half_* on such tables.
- */
-void pe_rope_dup_fwd_f32(const pe_rope_loop *a);
-void pe_rope_dup_fwd_f64(const pe_rope_loop *a);
-void pe_rope_dup_back_f32(const pe_rope_loop *a);
-void pe_rope_dup_back_f64(const pe_rope_loop *a);
+/* Fill RoPE's kernel table for a CPU level (dispatch.c calls it once);
+ * returns the ISA its SIMD kernels use. */
+const char *pe_rope_dispatch(int level);
+/* The full-width kernel of the dispatched level, kind 0..3, type 0..2. */
+pe_rope_fn pe_rope_kernel(int kind, int type);
 
 /* out-of-place outputs at least this large use streaming stores */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)
@@ -231,7 +241,7 @@ void pe_rope_dup_back_f64(const pe_rope_loop *a);
  * fresh 64 MiB array, 12.3 ms with streaming stores, 9.9 ms with plain
  * ones).  So the kernels stream only into outputs whose middle element's
  * page is in memory (the first page of a fresh malloc block holds the
- * allocator's header, so it is always in).  (stream.c)
+ * allocator's header, so it is always in).  (runtime/memory.c)
  */
 int pe_memory_resident(const void *p);
 /*
@@ -393,6 +403,9 @@ typedef struct pe_sinusoidal_grid {
 } pe_sinusoidal_grid;
 
 void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind);
+/* Fill the family's kernel table for a CPU level (once, from dispatch.c);
+ * returns the ISA its SIMD kernels use. */
+const char *pe_sinusoidal_dispatch(int level);
 
 /* ------------------------------------------------------------------ */
 /* Learned encodings (learned.c)                                       */
@@ -419,13 +432,13 @@ typedef struct pe_learned_loop {
 void pe_learned_fwd_f16(const pe_learned_loop *a);
 void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
-/* the same with streaming (non-temporal) stores, for large out-of-place y
- * (PE_STREAM_MIN_BYTES); any other operands take the plain kernel */
-void pe_learned_fwdnt_f32(const pe_learned_loop *a);
-void pe_learned_fwdnt_f64(const pe_learned_loop *a);
-/* run a forward kernel over the pool, vectors split across threads */
-void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
-                             const pe_learned_loop *L, ptrdiff_t itemsize);
+/* Run the forward over the pool, vectors split across threads, type 0..2
+ * (float16, float32, float64); large out-of-place f32/f64 outputs
+ * (PE_STREAM_MIN_BYTES) use streaming stores where the level has them. */
+void pe_learned_fwd_run(const pe_learned_loop *L, int type);
+/* Fill the family's kernel table for a CPU level (once, from dispatch.c);
+ * returns the ISA its SIMD kernels use. */
+const char *pe_learned_dispatch(int level);
 
 /*
  * Learned backward, the scatter-add of n gradient rows g[t] (d features,

@@ -24,7 +24,7 @@ import traceback
 import numpy as np
 
 import posemb
-from posemb import _core
+from posemb import _core, _stream
 from posemb import _reference as R
 
 ALLOWED = (TypeError, ValueError, IndexError, OverflowError, MemoryError)
@@ -727,8 +727,8 @@ def mk_core(g):
                                       g.pick([-1, 0, 2, 2**62]))),
         lambda: (_core._padding_mask, (np.abs(g.array((n,), "i8", "C")),
                                        g.array((n, h), "?", "C"), g.flag())),
-        lambda: (_core._stream, (g.pick(["scale", "fill", "copy", "x"]),
-                                 g.array((n,), "f4", "C"), g.array((n,), "f4", "C"))),
+        lambda: (_stream.stream, (g.pick(["scale", "fill", "copy", "x"]), g.small(1, 3),
+                                  g.array((n,), "f4", "C"), g.array((n,), "f4", "C"))),
         lambda: (_core._rope_varlen, (g.array((n, 2, 2 * h), edt, "C"),
                                       np.array(sorted(g.r.randint(0, n) for _ in range(h))
                                                + [n], np.int64) if g.chance(0.7)
@@ -768,7 +768,7 @@ CORE_OUTS = {"_rope_table": (4, 5), "_sinusoidal_table": (3,), "_learned_back": 
              "_t5_bucket": (1,), "_t5_bias": (1,), "_t5_bias_backward": (1,),
              "_shaw_index": (0,), "_shaw_embed": (1,), "_shaw_embed_backward": (1,),
              "_alibi_bias": (1,), "_causal_mask": (0,), "_padding_mask": (1,),
-             "_stream": (1, 2), "_rope_varlen": (7,)}
+             "stream": (2, 3), "_rope_varlen": (7,)}
 
 
 def snapshot(fn, args, kw):

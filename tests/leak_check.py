@@ -77,6 +77,7 @@ CALLS = [
     ("RoPE-error", ROPE, (BAD,), {}),
     ("set_num_threads", posemb.set_num_threads, (posemb.get_num_threads(),), {}),
     ("get_num_threads", posemb.get_num_threads, (), {}),
+    ("show_config", posemb.show_config, (), {"print_": False}),
     ("sinusoidal", posemb.sinusoidal, (16, 64), {"start": 5}),
     ("add_sinusoidal", posemb.add_sinusoidal, (X,), {}),
     ("AbsolutePE", posemb.AbsolutePE, (64, 16), {}),

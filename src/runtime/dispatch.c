@@ -36,13 +36,27 @@ int pe_cpu_supported(void)
 #endif
 }
 
+/* the ISA each family's kernels use at the selected level */
+static const char *family_isa[PE_FAMILIES];
+
 int pe_cpu_select(int level)
 {
     const int best = pe_cpu_supported();
     if (level < 0 || level > best)
         level = best;
     cpu_level = level;
+    family_isa[PE_FAMILY_ROPE] = pe_rope_dispatch(level);
+    family_isa[PE_FAMILY_SINUSOIDAL] = pe_sinusoidal_dispatch(level);
+    family_isa[PE_FAMILY_LEARNED] = pe_learned_dispatch(level);
+    /* streaming (non-temporal) stores: SSE2 and up */
+    family_isa[PE_FAMILY_STREAM] = level >= PE_CPU_SSE2 ? level_names[level] : "none";
     return level;
+}
+
+const char *pe_family_isa(int family)
+{
+    return family >= 0 && family < PE_FAMILIES && family_isa[family] ? family_isa[family]
+                                                                      : "baseline";
 }
 
 int pe_cpu_level(void) { return cpu_level; }
