@@ -44,6 +44,6 @@ setup(
     ext_modules=[
         extension("posemb._core", SOURCES),
         # `python -m posemb bench` only: the memory-bandwidth limit
-        extension("posemb._stream", ["src/bench/stream.c"] + RUNTIME),
+        extension("posemb._stream", ["src/bench/stream.c", "src/runtime/pool.c"]),
     ]
 )

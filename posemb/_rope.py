@@ -86,7 +86,7 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> 
             # positions on axis -2 (x or the tables broadcast along it with
             # zero strides); heads on axis -3 if the tables do not vary
             # along it, else a new axis of length 1
-            npos = max(lx[-1], lt[-1])
+            npos = lt[-1] if lx[-1] == 1 else lx[-1]       # broadcast
             heads = n >= 2 and lt[-2] == 1
             tshape = (lt[:-2] if heads else lt[:-1]) + (lt[-1], cs[-1])
             c, s = cos.reshape(tshape), sin.reshape(tshape)

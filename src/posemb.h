@@ -50,6 +50,7 @@ int pe_cpu_supported(void);      /* the best level this CPU and build run */
 int pe_cpu_select(int level);
 int pe_cpu_level(void);          /* the level in use */
 const char *pe_cpu_name(int level);
+int pe_cpu_parse(const char *name);   /* the level named name, or -1 */
 /* The ISA each family's SIMD kernels use at the level in use. */
 enum { PE_FAMILY_ROPE, PE_FAMILY_SINUSOIDAL, PE_FAMILY_LEARNED, PE_FAMILY_STREAM,
        PE_FAMILIES };
@@ -376,9 +377,6 @@ typedef struct pe_sinusoidal_add_loop {
 void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *a);
 void pe_sinusoidal_add_f32(const pe_sinusoidal_add_loop *a);
 void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
-/* run an add kernel over the pool (serially if y partly overlaps x) */
-void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
-                                const pe_sinusoidal_add_loop *L, ptrdiff_t itemsize);
 
 /*
  * x + table over a (B, S, D) grid: y[b, s, j] = x[b, s, j] + t[b, s, j],

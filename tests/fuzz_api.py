@@ -688,7 +688,7 @@ def mk_core(g):
         kw = {"out": g.array((2, hh, ss, d), fdt)} if g.chance(0.3) else {}
         return uf, args, kw, None
     if r < 0.3:
-        return g.pick([_core.rotate_half, _core.sinusoidal_add, _core.learned_pe_fwd]), tuple(
+        return g.pick([_core.rotate_half, _core.sinusoidal_add_rows, _core.learned_pe_fwd]), tuple(
             g.array(g.shape(), g.pick([fdt, "i8"])) for _ in range(g.small(1, 3))), {}, None
     if r < 0.4:
         B, H, S, d = g.small(0, 2), g.small(0, 2), g.small(0, 3), 2 * g.small(0, 2)

@@ -459,49 +459,6 @@ void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *L)
 /* x + table on the pool                                                */
 /* ------------------------------------------------------------------ */
 
-typedef struct {
-    void (*fn)(const pe_sinusoidal_add_loop *);
-    const pe_sinusoidal_add_loop *L;
-} sinusoidal_add_job;
-
-static void sinusoidal_add_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
-{
-    const sinusoidal_add_job *j = (const sinusoidal_add_job *)ctx;
-    pe_sinusoidal_add_loop sub = *j->L;
-    sub.n = end - begin;
-    sub.x += begin * sub.x_step;
-    sub.t += begin * sub.t_step;
-    sub.y += begin * sub.y_step;
-    j->fn(&sub);
-}
-
-/* [lo, hi) bytes touched by n items from p with a byte step */
-static void span(const char *p, ptrdiff_t step, ptrdiff_t n, ptrdiff_t size,
-                 const char **lo, const char **hi)
-{
-    const ptrdiff_t reach = (n - 1) * step;
-    *lo = reach < 0 ? p + reach : p;
-    *hi = (reach < 0 ? p : p + reach) + size;
-}
-
-void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
-                                const pe_sinusoidal_add_loop *L, ptrdiff_t itemsize)
-{
-    sinusoidal_add_job j = {fn, L};
-    const char *xlo, *xhi, *ylo, *yhi;
-    if (L->n <= 0)
-        return;
-    /* NumPy runs an elementwise ufunc in place when y trails x in memory
-     * (an order-safe overlap): split only if y is x itself or disjoint */
-    span(L->x, L->x_step, L->n, itemsize, &xlo, &xhi);
-    span(L->y, L->y_step, L->n, itemsize, &ylo, &yhi);
-    if (!(L->y == L->x && L->y_step == L->x_step) && xlo < yhi && ylo < xhi) {
-        fn(L);
-        return;
-    }
-    pe_parallel_for(L->n, PE_PARALLEL_MIN_BYTES / (3 * itemsize) + 1,
-                    sinusoidal_add_task, &j);
-}
 
 /* ------------------------------------------------------------------ */
 /* x + table over a (batch, seq, features) grid                         */

@@ -9,6 +9,8 @@
  * build runs on every x86-64 CPU.  A build with -DPOSEMB_NO_CLONES has no
  * ISA-specific code at all and always runs at level "baseline".
  */
+#include <string.h>
+
 #include "posemb.h"
 
 static const char *const level_names[PE_CPU_LEVELS] = {"baseline", "sse2", "avx2",
@@ -20,6 +22,14 @@ static int cpu_level = PE_CPU_BASELINE;
 const char *pe_cpu_name(int level)
 {
     return level >= 0 && level < PE_CPU_LEVELS ? level_names[level] : "unknown";
+}
+
+int pe_cpu_parse(const char *name)
+{
+    for (int i = 0; name != NULL && i < PE_CPU_LEVELS; i++)
+        if (strcmp(name, level_names[i]) == 0)
+            return i;
+    return -1;
 }
 
 int pe_cpu_supported(void)
