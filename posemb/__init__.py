@@ -13,7 +13,34 @@ names.  ``posemb.torch`` adapts them to autograd; ``posemb.plot`` draws them.
 >>> posemb.alibi_bias(8, 100, 100).shape
 (8, 100, 100)
 """
-from ._rope import (
+import importlib.machinery as _machinery
+import os as _os
+
+
+def _require_built_extension() -> None:
+    """Raise a clear ImportError when this is an unbuilt source tree.
+
+    Run from the root of a clone, Python imports the ``posemb/`` folder there
+    rather than an installed copy; without the compiled ``_core`` beside it
+    the first import of it would fail deep inside, as a circular import.
+    """
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if any(_os.path.exists(_os.path.join(here, "_core" + suffix))
+           for suffix in _machinery.EXTENSION_SUFFIXES):
+        return
+    root = _os.path.dirname(here)
+    if _os.path.exists(_os.path.join(root, "setup.py")):
+        raise ImportError(
+            f"posemb is being imported from its source tree ({here}), where its C "
+            "extension posemb._core has not been built. Build it in place with "
+            f"`pip install -e .` run in {root}, or start Python outside {root} to "
+            "use an installed posemb."
+        )
+
+
+_require_built_extension()
+
+from ._rope import (  # noqa: E402
     RoPE,
     apply_rope,
     apply_rope_backward,
@@ -25,18 +52,21 @@ from ._rope import (
     rope_cos_sin,
     rope_inv_freq,
     rotate_half,
+    rotate_pairs,
 )
 
 from ._threads import get_num_threads, set_num_threads, show_config
+from ._bench import bench
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
+from ._conventions import *  # noqa: F401,F403
 from ._sinusoidal import *  # noqa: F401,F403
 from ._learned import *  # noqa: F401,F403
 from ._relative import *  # noqa: F401,F403
 from ._alibi import *  # noqa: F401,F403
 from ._masks import *  # noqa: F401,F403
 from ._attention import *  # noqa: F401,F403
-from . import _rope_scaling, _rope_variants
+from . import _rope_scaling, _rope_variants, _conventions
 from . import _sinusoidal, _learned, _relative, _alibi, _masks, _attention
 
 __version__ = "0.1.0"
@@ -53,12 +83,15 @@ __all__ = [
     "rope_cos_sin",
     "rope_inv_freq",
     "rotate_half",
+    "rotate_pairs",
     "get_num_threads",
     "set_num_threads",
     "show_config",
+    "bench",
     "__version__",
     *_rope_scaling.__all__,
     *_rope_variants.__all__,
+    *_conventions.__all__,
     *_sinusoidal.__all__,
     *_learned.__all__,
     *_relative.__all__,

@@ -18,6 +18,8 @@ __all__ = [
     "causal_mask",
     "padding_mask",
     "to_additive",
+    "attention_mask",
+    "padding_to_attention_mask",
     "create_causal_mask",
     "create_padding_mask",
 ]
@@ -80,11 +82,11 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
     return out
 
 
-def _lengths(lengths: Any, max_length: int) -> np.ndarray:
+def _lengths(lengths: Any, max_length: int, limit: str = "max_length") -> np.ndarray:
     n = _checks.int_vector(lengths, "lengths")      # one length per sequence
     if n.size and (int(n.min()) < 0 or int(n.max()) > max_length):
         raise ValueError(
-            f"lengths must be in [0, max_length={max_length}], got "
+            f"lengths must be in [0, {limit}={max_length}], got "
             f"[{int(n.min())}, {int(n.max())}]")
     return n
 
@@ -114,6 +116,117 @@ def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.nd
     out = np.empty((n.shape[0], m), dtype=np.bool_)
     _core._padding_mask(n, out, side == "left")
     return out
+
+
+def padding_to_attention_mask(mask: Any, *, true_means: str = "attend") -> np.ndarray:
+    """A per-token padding mask -> a key mask ``(batch, 1, 1, key_length)``.
+
+    Attention masks (PyTorch SDPA, posemb) say **True = may attend** and have
+    one axis for queries and one for keys; a padding mask says, per token,
+    which tokens are real.  This turns the second into the first, over the key
+    axis, so that it broadcasts against ``(batch, heads, q, k)`` scores and
+    combines with a causal mask by ``&``.
+
+    Parameters
+    ----------
+    mask : bool array, ``(batch, key_length)`` or ``(batch, key_length, 1)``
+        The latter is what :func:`create_padding_mask` (PositionalEmbeddings.jl)
+        returns.
+    true_means : {"attend", "padding"}
+        What True marks in ``mask``: real tokens (:func:`padding_mask`, HF's
+        ``attention_mask``) or padding (:func:`create_padding_mask`, PyTorch's
+        ``key_padding_mask``).
+
+    Examples
+    --------
+    >>> import posemb
+    >>> posemb.padding_to_attention_mask(posemb.padding_mask([1, 2], 2)).astype(int)
+    array([[[[1, 0]]],
+    <BLANKLINE>
+    <BLANKLINE>
+           [[[1, 1]]]])
+    """
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be a boolean array, got dtype {m.dtype}")
+    if m.ndim == 3 and m.shape[2] == 1:
+        m = m[..., 0]
+    if m.ndim != 2:
+        raise ValueError(
+            f"mask must have shape (batch, key_length) or (batch, key_length, 1), got {m.shape}")
+    if not isinstance(true_means, str) or true_means not in ("attend", "padding"):
+        raise ValueError(f"true_means must be 'attend' or 'padding', got {true_means!r}")
+    keep = m if true_means == "attend" else ~m
+    return keep[:, None, None, :].copy()
+
+
+def attention_mask(query_length: int, key_length: int | None = None, *,
+                   lengths: Any = None, causal: bool = True, window: int | None = None,
+                   query_offset: int | None = None, side: str = "right") -> np.ndarray:
+    """The one way to build a combined boolean attention mask, True = may attend.
+
+    Combines, by logical AND: a causal mask (:func:`causal_mask`, lower-right
+    aligned, optionally with a sliding ``window``) and a key padding mask from
+    per-sequence ``lengths`` (:func:`padding_mask` over the key axis).  The
+    result is what PyTorch's ``scaled_dot_product_attention`` and
+    :func:`scaled_dot_product_attention` take as a boolean ``attn_mask``.
+
+    PositionalEmbeddings.jl's own example, ``causal .| padding``, mixes its
+    two conventions (its causal mask is used as True = attend, its padding
+    mask says True = padding), so the OR lets queries attend to padding and
+    to the future; here ``attention_mask(5, lengths=[3, 4])`` is the mask
+    that example means: each query sees past keys that are not padding.
+
+    Parameters
+    ----------
+    query_length : int
+    key_length : int, optional
+        Defaults to ``query_length``.
+    lengths : sequence of int, optional
+        Real tokens per sequence (``0 <= lengths[b] <= key_length``); with
+        it the result has shape ``(batch, 1, query_length, key_length)``,
+        without it ``(query_length, key_length)``.
+    causal : bool
+        False: no causal part (only padding, and ``window`` if given).
+    window : int, optional
+        ``>= 1``. Causal: as in :func:`causal_mask`. With ``causal=False``,
+        bidirectional local attention: keys ``|j - p_i| < window``.
+    query_offset : int, optional
+        As in :func:`causal_mask`.
+    side : {"right", "left"}
+        Where the padding sits, as in :func:`padding_mask`.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> posemb.attention_mask(3, lengths=[2, 3])[0, 0].astype(int)
+    array([[1, 0, 0],
+           [1, 1, 0],
+           [1, 1, 0]])
+    >>> posemb.attention_mask(3, causal=False, lengths=[2])[0, 0].astype(int)
+    array([[1, 1, 0],
+           [1, 1, 0],
+           [1, 1, 0]])
+    """
+    q = _checks.size(query_length, "query_length")
+    k = q if key_length is None else _checks.size(key_length, "key_length")
+    if _checks.flag(causal, "causal"):
+        mask = causal_mask(q, k, window=window, query_offset=query_offset)
+    elif window is not None:
+        # bidirectional local attention: keys within window - 1 of the query's position
+        off = k - q if query_offset is None else _signed(query_offset, "query_offset")
+        w = _checks.size(window, "window", minimum=1)
+        i = np.arange(q, dtype=np.int64)[:, None] + off
+        mask = np.abs(np.arange(k, dtype=np.int64)[None, :] - i) < w
+    else:
+        if q > _MAX_EXTENT or k > _MAX_EXTENT:
+            raise ValueError(f"query_length and key_length must be <= 2**61, got {q}, {k}")
+        mask = np.ones((q, k), dtype=np.bool_)
+    if lengths is None:
+        return mask
+    _lengths(lengths, k, "key_length")      # names key_length when it is too short
+    keys = padding_to_attention_mask(padding_mask(lengths, k, side=side))
+    return mask[None, None] & keys
 
 
 def to_additive(mask: Any, dtype: Any = np.float32) -> np.ndarray:

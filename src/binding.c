@@ -327,11 +327,11 @@ PYFN(_sinusoidal_table)
     if (DIM(out, 0) == 0 || DIM(out, 1) == 0)
         Py_RETURN_NONE;
     if (PE_SINUSOIDAL_NFREQ(DIM(out, 1)) > PY_SSIZE_T_MAX / 8 / PE_SINUSOIDAL_WORK(1) ||
-        (work = PyMem_RawMalloc((size_t)PE_SINUSOIDAL_WORK(DIM(out, 1)) * 8)) == NULL)
+        (work = PyMem_Malloc((size_t)PE_SINUSOIDAL_WORK(DIM(out, 1)) * 8)) == NULL)
         return PyErr_NoMemory();
     UNLOCKED(TYPED(ftype(&out), pe_sinusoidal_table, DIM(out, 0), start, DIM(out, 1),
                    DATA(inv), concat, DATA(out), work));
-    return PyMem_RawFree(work), Py_NewRef(Py_None);
+    return PyMem_Free(work), Py_NewRef(Py_None);
 }
 
 PYFN(_learned_back)
@@ -353,11 +353,11 @@ PYFN(_learned_back)
     }
     const npy_intp nwork = pe_learned_back_work(DIM(g, 0), DIM(gw, 0));
     if (nwork > 0 && (nwork > PY_SSIZE_T_MAX / 8 ||
-                      (work = PyMem_RawMalloc((size_t)nwork * 8)) == NULL))
+                      (work = PyMem_Malloc((size_t)nwork * 8)) == NULL))
         return PyErr_NoMemory();
     UNLOCKED(TYPED(ftype(&g), pe_learned_back, DIM(g, 0), DIM(g, 1), DATA(g), DATA(pos),
                    DIM(gw, 0), DATA(gw), work, assign));
-    return PyMem_RawFree(work), Py_NewRef(Py_None);
+    return PyMem_Free(work), Py_NewRef(Py_None);
 }
 
 /* HF's T5 bucket parameters into spec, with a PyMem boundary table. */

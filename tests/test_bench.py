@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from posemb import _bench
 
 
@@ -26,6 +28,7 @@ def test_median_times_interleaves_rounds():
     assert calls.count("a") > 2 and calls.count("b") > 2
 
 
+@pytest.mark.slow
 def test_bench_json_has_every_family_and_ratio():
     out = subprocess.run(
         [sys.executable, "-m", "posemb", "bench", "--quick", "--repeat", "3", "--json",

@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 import posemb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+@pytest.mark.slow
 def test_fuzz_public_api_never_crashes():
     cases = int(os.environ.get("POSEMB_FUZZ_CASES", "100000"))
     seed = int(os.environ.get("POSEMB_FUZZ_SEED", "0"))

@@ -146,3 +146,83 @@ def test_core_functions_check_before_writing():
         _core._padding_mask(np.array([1, 2]), np.zeros((1, 4), bool), False)
     with pytest.raises(TypeError, match="lengths"):
         _core._padding_mask(np.array([1], np.int32), np.zeros((1, 4), bool), False)
+
+
+def _attend_oracle(q, k, lengths, causal, window, offset, side):
+    """Element by element: may query i (at position offset + i) attend key j?"""
+    off = k - q if offset is None else offset
+    out = np.zeros((len(lengths), 1, q, k), dtype=bool)
+    for b, n in enumerate(lengths):
+        real = range(n) if side == "right" else range(k - n, k)
+        for i in range(q):
+            p = off + i
+            for j in range(k):
+                ok = j in real
+                if causal:
+                    ok = ok and j <= p and (window is None or j > p - window)
+                elif window is not None:
+                    ok = ok and abs(j - p) < window
+                out[b, 0, i, j] = ok
+    return out
+
+
+@pytest.mark.parametrize("q,k,lengths,causal,window,offset,side", [
+    (5, 5, [3, 4], True, None, None, "right"),
+    (5, 5, [3, 4], True, None, None, "left"),
+    (3, 7, [7, 2, 0], True, 3, None, "right"),
+    (4, 4, [4, 1], False, None, None, "right"),
+    (6, 6, [6, 5], False, 2, None, "left"),
+    (2, 6, [6], True, None, 1, "right"),
+])
+def test_attention_mask_combines_causal_window_and_padding(q, k, lengths, causal, window,
+                                                           offset, side):
+    got = posemb.attention_mask(q, k, lengths=lengths, causal=causal, window=window,
+                                query_offset=offset, side=side)
+    np.testing.assert_array_equal(got, _attend_oracle(q, k, lengths, causal, window, offset, side))
+    if causal:
+        # without lengths: the causal part alone
+        np.testing.assert_array_equal(
+            posemb.attention_mask(q, k, window=window, query_offset=offset),
+            posemb.causal_mask(q, k, window=window, query_offset=offset))
+
+
+def test_seed_example_causal_and_padding_through_one_way():
+    # PositionalEmbeddings.jl: causal = create_causal_mask(5); padding =
+    # create_padding_mask([3, 4], 5); "combined = causal .| padding" -- its
+    # two masks use opposite meanings of True, so the OR lets every query see
+    # padding.  Converting the padding mask over the key axis and AND-ing
+    # gives the mask the example describes.
+    causal = posemb.create_causal_mask(5)
+    padding = posemb.create_padding_mask([3, 4], 5)
+    keys = posemb.padding_to_attention_mask(padding, true_means="padding")
+    combined = causal & keys
+    want = _attend_oracle(5, 5, [3, 4], True, None, 0, "right")
+    np.testing.assert_array_equal(combined, want)
+    np.testing.assert_array_equal(posemb.attention_mask(5, lengths=[3, 4]), want)
+    # the seed's literal OR is not that mask (it attends to padded keys)
+    assert ((causal | padding[:, :, 0][:, None, :]) != want[:, 0]).any()
+    # in attention, sequence 0 then ignores its padded keys 3 and 4 entirely
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 1, 5, 4))
+    out = posemb.scaled_dot_product_attention(x, x, x, mask=combined)
+    kv = x[0, :, :3]
+    ref = posemb.scaled_dot_product_attention(
+        x[0], kv, kv, mask=posemb.causal_mask(5, 3, query_offset=0))
+    np.testing.assert_allclose(out[0], ref, rtol=1e-12, atol=1e-12)
+
+
+def test_padding_to_attention_mask_meanings_and_errors():
+    keep = posemb.padding_mask([1, 3], 3)
+    np.testing.assert_array_equal(posemb.padding_to_attention_mask(keep)[:, 0, 0], keep)
+    np.testing.assert_array_equal(
+        posemb.padding_to_attention_mask(~keep, true_means="padding")[:, 0, 0], keep)
+    with pytest.raises(TypeError, match="mask must be a boolean array"):
+        posemb.padding_to_attention_mask(keep.astype(int))
+    with pytest.raises(ValueError, match="true_means must be"):
+        posemb.padding_to_attention_mask(keep, true_means="yes")
+    with pytest.raises(ValueError, match=r"mask must have shape \(batch, key_length\)"):
+        posemb.padding_to_attention_mask(keep[0])
+    with pytest.raises(ValueError, match="lengths must be in"):
+        posemb.attention_mask(3, lengths=[4])
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        posemb.attention_mask(3, causal="yes")

@@ -19,6 +19,9 @@ CALLS = 10_000
 #: a leaked 16 KB input or result exceeds it on the 32nd call.
 TOLERANCE_KB = 512
 
+# the leak check runs every public function in a child process: a later CI step
+pytestmark = pytest.mark.slow
+
 sys.path.insert(0, HERE)
 import leak_check  # noqa: E402
 

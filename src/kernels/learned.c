@@ -329,13 +329,6 @@ typedef void (*rows_fn_f32)(ptrdiff_t, const float *, float *, const float *, in
 typedef void (*rows_fn_f64)(ptrdiff_t, const double *, double *, const double *, int);
 typedef void (*rows_fn_f16)(ptrdiff_t, const uint16_t *, float *, const uint16_t *, int);
 
-/* The kernels of the dispatched CPU level (pe_learned_dispatch). */
-static struct {
-    rows_fn_f16 rows_f16;
-    rows_fn_f32 rows_f32;
-    rows_fn_f64 rows_f64;
-    void (*fwdnt[2])(const pe_learned_loop *);   /* NULL: no streaming stores */
-} learned_table;
 
 #define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
 /* work units [begin, end) of the bucketed job: disjoint table rows */        \
@@ -399,6 +392,16 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
 DEFINE_LEARNED_ROWS_ALL(float, float, f32, CVT_SAME)
 DEFINE_LEARNED_ROWS_ALL(double, double, f64, CVT_SAME)
 DEFINE_LEARNED_ROWS_ALL(uint16_t, float, f16, CVT_HALF)
+
+/* The kernels of the dispatched CPU level (pe_learned_dispatch); the
+ * portable ones until it runs (C-only callers). */
+static struct {
+    rows_fn_f16 rows_f16;
+    rows_fn_f32 rows_f32;
+    rows_fn_f64 rows_f64;
+    void (*fwdnt[2])(const pe_learned_loop *);   /* NULL: no streaming stores */
+} learned_table = {learned_back_rows_f16, learned_back_rows_f32, learned_back_rows_f64,
+                   {NULL, NULL}};
 
 const char *pe_learned_dispatch(int level)
 {

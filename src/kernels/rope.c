@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "posemb.h"
+#include "rope_neon.h"
 
 #define IDX_A_half(i, h) (i)
 #define IDX_B_half(i, h) ((i) + (h))
@@ -627,7 +628,13 @@ static struct {
     pe_rope_fn dup[2][3];
     pe_rope_fn one[2][2][2][2];   /* [..][runs of 32 bytes] */
     pe_rope_fn nt[2][2][2];
-} rope_table;
+} rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
+    {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
+     {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64},
+     {pe_rope_inter_fwd_f16, pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
+     {pe_rope_inter_back_f16, pe_rope_inter_back_f32, pe_rope_inter_back_f64}},
+    {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64}, {NULL, rope_dup_back_f32, rope_dup_back_f64}},
+    {{{{NULL}}}}, {{{NULL}}}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -641,6 +648,15 @@ const char *pe_rope_dispatch(int level)
         {NULL, rope_dup_back_f32, rope_dup_back_f64}};
     memcpy(rope_table.full, full_c, sizeof full_c);
     memcpy(rope_table.dup, dup_c, sizeof dup_c);
+#if defined(PE_HAVE_NEON_ROPE)
+    /* AArch64: NEON is in every CPU (ARMv8-A), float32 only */
+    rope_table.full[0][1] = pe_rope_half_fwd_f32_neon;
+    rope_table.full[1][1] = pe_rope_half_back_f32_neon;
+    rope_table.full[2][1] = pe_rope_inter_fwd_f32_neon;
+    rope_table.full[3][1] = pe_rope_inter_back_f32_neon;
+    (void)level;
+    return "neon";
+#endif
     memset(rope_table.one, 0, sizeof rope_table.one);
     memset(rope_table.nt, 0, sizeof rope_table.nt);
 #if defined(PE_X86_SIMD)

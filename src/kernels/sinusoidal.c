@@ -232,13 +232,22 @@ typedef void (*row_fn_f64)(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
                            const double *, const double *, const double *, double *);
 typedef void (*add_row_fn)(ptrdiff_t n, const char *x, const char *t, char *y);
 
-/* The kernels of the dispatched CPU level (pe_sinusoidal_dispatch). */
+static void sinusoidal_row_f16(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                               const double *, const double *, const double *, uint16_t *);
+static void sinusoidal_row_f32(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                               const double *, const double *, const double *, float *);
+static void sinusoidal_row_f64(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                               const double *, const double *, const double *, double *);
+
+/* The kernels of the dispatched CPU level (pe_sinusoidal_dispatch); the
+ * portable ones until it runs (C-only callers). */
 static struct {
     row_fn_f16 row_f16;
     row_fn_f32 row_f32;
     row_fn_f64 row_f64;
     add_row_fn add_nt[2];      /* float32, float64; NULL: no streaming stores */
-} sinusoidal_table;
+} sinusoidal_table = {sinusoidal_row_f16, sinusoidal_row_f32, sinusoidal_row_f64,
+                      {NULL, NULL}};
 
 #if defined(PE_X86_SIMD)
 #define DEFINE_SINUSOIDAL_ROWS(T, SUF)                                        \
