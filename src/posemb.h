@@ -1,9 +1,11 @@
 /*
  * posemb.h - the plain-C kernels of posemb.
  *
- * Nothing here includes Python.h or NumPy headers: the kernels see raw
- * pointers, sizes and byte strides, and the single binding file
- * (module.c) is the only place that talks to CPython and the NumPy C API.
+ * Nothing here includes Python.h or NumPy headers: the kernels
+ * (src/kernels/, one file per family) and the runtime (src/runtime/: CPU
+ * dispatch, thread pool, memory policy) see raw pointers, sizes and byte
+ * strides; the binding (src/binding.c) is the only C that talks to CPython
+ * and the NumPy C API.
  *
  * Naming: pe_<family>_<variant>_<direction>_<dtype>, e.g.
  * pe_rope_half_fwd_f32.  f16 kernels compute in float32 and round once.
@@ -148,7 +150,7 @@ void pe_stream_read_f32(ptrdiff_t n, const float *x);       /* reads x */
 /* ------------------------------------------------------------------ */
 
 /*
- * One generalized-ufunc call of a rotary kernel, signature (d),(r),(r)->(d):
+ * One run of a rotary kernel (pe_rope_apply calls them block by block):
  * n vectors x[k] of d features, each rotated by the full-width tables
  * cos[k], sin[k] of r <= d features; features 2*(r/2)..d-1 are copied
  * (partial rotary; an odd r leaves its unpaired feature unchanged).

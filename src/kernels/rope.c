@@ -2,8 +2,9 @@
  * rope.c - rotary position embeddings: apply (forward and adjoint),
  * rotate_half, and the cos/sin tables.
  *
- * Every apply kernel is one generalized-ufunc inner loop, signature
- * (d),(r),(r)->(d): see pe_rope_loop in posemb.h.  The one line of maths,
+ * Every apply kernel runs n vectors (pe_rope_loop in posemb.h); the driver
+ * pe_rope_apply, the gufunc (h,s,d),(s,r),(s,r)->(h,s,d)'s loop, hands it
+ * blocks of positions x heads on the pool.  The one line of maths,
  * for a pair (a, b) of features -- (i, i + r/2) in the half-split layout,
  * (2i, 2i + 1) in the interleaved one:
  *
@@ -241,7 +242,7 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
  *          16-byte aligned; the AVX2 form peels 16 bytes to reach 32.
  *
  * Every kernel needs contiguous vectors and tables and h a multiple of the
- * 16-byte vector width (pe_rope_grid_fast checks); features past 2h are
+ * 16-byte vector width (pe_rope_apply checks); features past 2h are
  * copied.
  */
 #if defined(PE_X86_SIMD)
