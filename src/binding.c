@@ -167,7 +167,7 @@ LOOP(sinusoidal_rows_loop)
     const pe_sinusoidal_grid g = {
         dims[0], dims[1], dims[2], args[0], args[1], args[2],
         steps[0], steps[1], steps[2], steps[3], steps[5], steps[7],
-        steps[4], steps[6], steps[8]};
+        steps[4], steps[6], steps[8], stop_on_signal};
     pe_sinusoidal_add_grid(&g, 2 << CODE);   /* x's element size */
 }
 
@@ -176,7 +176,8 @@ LOOP(learned_loop)
 {
     const pe_learned_loop L = {
         dims[0], dims[1], dims[2], args[0], args[1], args[2], args[3],
-        steps[0], steps[1], steps[2], steps[3], steps[4], steps[5], steps[6], steps[7]};
+        steps[0], steps[1], steps[2], steps[3], steps[4], steps[5], steps[6], steps[7],
+        stop_on_signal};
     pe_learned_fwd_run(&L, CODE);
 }
 

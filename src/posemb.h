@@ -400,6 +400,7 @@ typedef struct pe_sinusoidal_grid {
     ptrdiff_t x_b, t_b, y_b;
     ptrdiff_t x_s, t_s, y_s;
     ptrdiff_t x_d, t_d, y_d;
+    pe_stop_fn stop;   /* asked every ~100 ms of work whether to stop, or NULL */
 } pe_sinusoidal_grid;
 
 void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind);
@@ -427,6 +428,7 @@ typedef struct pe_learned_loop {
     char *y;
     ptrdiff_t x_step, pos_step, w_step, y_step;
     ptrdiff_t x_inner, w_row, w_inner, y_inner;
+    pe_stop_fn stop;   /* pe_learned_fwd_run: asked every ~100 ms, or NULL */
 } pe_learned_loop;
 
 void pe_learned_fwd_f16(const pe_learned_loop *a);

@@ -467,5 +467,6 @@ void pe_learned_fwd_run(const pe_learned_loop *L, int type)
         L->n * L->d * itemsize >= PE_STREAM_MIN_BYTES &&
         pe_memory_resident(L->y + L->n / 2 * L->y_step))
         j.fn = learned_table.fwdnt[type - 1];
-    pe_parallel_for(L->n, PE_PARALLEL_MIN_BYTES / vec + 1, learned_fwd_task, &j);
+    pe_parallel_for_stoppable(L->n, PE_PARALLEL_MIN_BYTES / vec + 1, vec, learned_fwd_task, &j,
+                              L->stop);
 }

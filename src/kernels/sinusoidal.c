@@ -688,6 +688,6 @@ void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
             j.groups = g->B;
     }
     item_bytes = j.rows * j.cols * (2 * z + tz) * ((g->B + j.groups - 1) / j.groups);
-    pe_parallel_for(tiles * j.groups, PE_PARALLEL_MIN_BYTES / item_bytes + 1,
-                    sinusoidal_grid_task, &j);
+    pe_parallel_for_stoppable(tiles * j.groups, PE_PARALLEL_MIN_BYTES / item_bytes + 1,
+                              item_bytes, sinusoidal_grid_task, &j, g->stop);
 }
