@@ -68,7 +68,6 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> 
             raise
         out = _checks.out_operand(out, lead + (xs[-1],))
     uf = _UFUNCS[kind]
-    x, (cos, sin) = _checks.dask_operands(x, (cos, sin), (-1,))
     nx, nt = len(xs) - 1, len(cs) - 1
     try:
         if type(x) is np.ndarray and cs == sin.shape and nx >= 1:
@@ -106,7 +105,8 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> 
                 return y if heads else y[..., 0, :, :]
             uf(xv, c, s, out=out if heads else out[..., None, :, :])
             return out
-        # anything else: vector by vector
+        # anything else (a dask array, tables of two shapes): vector by vector
+        x, (cos, sin) = _checks.dask_operands(x, (cos, sin), (-1,))
         if out is None:
             return uf(x[..., None, None, :], cos[..., None, :], sin[..., None, :])[..., 0, 0, :]
         uf(x[..., None, None, :], cos[..., None, :], sin[..., None, :],
