@@ -44,6 +44,13 @@ def _kind(interleaved: bool, backward: bool) -> int:
     return 2 * _checks.flag(interleaved, "interleaved") + bool(backward)
 
 
+#: interleaved (a bool) -> forward gufunc, for the decode-step fast path
+_FAST_FWD = {False: _UFUNCS[0], True: _UFUNCS[2]}
+_ND = np.ndarray
+#: the native float dtypes (NumPy's singletons: an identity test is enough)
+_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+
+
 def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> Any:
     """Rotate x (..., d) by tables (..., r) broadcasting against it, through
     the gufunc of `kind`, whose core is a (heads, positions, features) grid.
@@ -364,7 +371,6 @@ def _seq_axis(seq_axis: Any, ndim: int) -> int:
     return a
 
 
-@accepts_bfloat16("x", "cos", "sin")
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Rotate ``x`` by the tables: ``y = x*cos + rotate(x)*sin`` in one pass.
@@ -404,6 +410,24 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
+    # a decode step is call overhead: operands with nothing to check that
+    # NumPy does not (plain native float ndarrays of one dtype, x (..., h, s, d)
+    # not broadcast, tables (s, r) with r even and <= d) go straight to the gufunc
+    if (out is None and seq_axis is None and type(x) is _ND and type(cos) is _ND
+            and type(sin) is _ND):
+        dt, xs, cs = x.dtype, x.shape, cos.shape
+        if ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
+                and len(xs) >= 3 and len(cs) == 2 and cs == sin.shape and cs[0] == xs[-2]
+                and not cs[1] & 1 and cs[1] <= xs[-1] and 0 not in x.strides):
+            if interleaved is False or interleaved is True:
+                return _FAST_FWD[interleaved](x, cos, sin)
+    return _apply_rope_any(x, cos, sin, interleaved=interleaved, seq_axis=seq_axis, out=out)
+
+
+@accepts_bfloat16("x", "cos", "sin")
+def _apply_rope_any(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
+                    seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
+    """:func:`apply_rope` for any operands: checks, bfloat16, views."""
     x, cos, sin = _rope_operands(x, cos, sin)
     cos, sin = _tables_along(x, cos, sin, seq_axis)
     return _apply(_kind(interleaved, False), x, cos, sin, out)
