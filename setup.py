@@ -10,8 +10,10 @@ import sysconfig
 import numpy as np
 from setuptools import Extension, setup
 
-# One file per kernel family plus the binding file (src/module.c).
-SOURCES = sorted(glob.glob("src/*.c"))
+# posemb._core: the kernels (one file per family), the runtime (CPU
+# dispatch, thread pool, memory policy) and the binding (src/binding.c).
+RUNTIME = sorted(glob.glob("src/runtime/*.c"))
+SOURCES = sorted(glob.glob("src/kernels/*.c")) + RUNTIME + ["src/binding.c"]
 
 if sys.platform == "win32":
     # /std:c11: the kernels use C11 (restrict, _Alignas); MSVC's default C is C89-ish
@@ -39,18 +41,25 @@ MACROS = [("NPY_TARGET_VERSION", "NPY_2_1_API_VERSION")]
 if ABI3:
     MACROS.append(("Py_LIMITED_API", "0x030A0000"))
 
+
+def extension(name: str, sources: list[str]) -> Extension:
+    return Extension(
+        name,
+        sources=sources,
+        depends=sorted(glob.glob("src/**/*.h", recursive=True)),
+        include_dirs=[np.get_include(), "src"],
+        define_macros=MACROS,
+        py_limited_api=ABI3,
+        extra_compile_args=COMPILE_ARGS,
+        extra_link_args=[] if sys.platform == "win32" else ["-pthread"],
+    )
+
+
 setup(
     options={"bdist_wheel": {"py_limited_api": "cp310"}} if ABI3 else {},
     ext_modules=[
-        Extension(
-            "posemb._core",
-            sources=SOURCES,
-            depends=sorted(glob.glob("src/*.h")),
-            include_dirs=[np.get_include(), "src"],
-            define_macros=MACROS,
-            py_limited_api=ABI3,
-            extra_compile_args=COMPILE_ARGS,
-            extra_link_args=[] if sys.platform == "win32" else ["-pthread"],
-        )
+        extension("posemb._core", SOURCES),
+        # `python -m posemb bench` only: the memory-bandwidth limit
+        extension("posemb._stream", ["src/bench/stream.c", "src/runtime/pool.c"]),
     ]
 )

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # musl (the musllinux wheels): the kernels build with musl-gcc (Debian
-# musl-tools) without ifunc/target_clones -- musl's loader rejects IRELATIVE
-# relocations, so posemb.h enables the AVX2 clones on glibc only -- and the C
-# kernel tests, linked dynamically against musl, load and pass.
+# musl-tools) with no ifunc -- musl's loader rejects IRELATIVE relocations;
+# posemb's one CPU dispatch (src/runtime/dispatch.c) uses plain function
+# pointers, so musl gets the same SIMD kernels -- and the C kernel tests,
+# linked dynamically against musl, load and pass at every CPU level.
 source "$(dirname "$0")/c_common.sh"
 apt_ensure musl-tools
 compile_each musl-gcc -pthread

@@ -129,7 +129,7 @@ expect_error(_core._learned_back, np.ones((3, 4), np.float32), np.array([0, 5, 1
 expect_error(_core._shaw_embed, np.ones((4, 2)), np.ones((3, 3, 2)))
 expect_error(_core._sinusoidal_table, -1, np.ones(2), False, np.ones((2, 4)))
 xg = np.ones((1, 1, 2, 4))
-expect_error(_core._rope_grid, 0, xg, np.ones((1, 1, 2, 4)), np.ones((1, 1, 2, 4)), xg[..., ::-1])
+expect_error(_core.rope_half_fwd, xg, np.ones((1, 3, 4)), np.ones((1, 3, 4)))
 expect_error(_core._padding_mask, np.array([5]), np.zeros((1, 3), bool), False)
 posemb.set_num_threads(1)
 posemb.apply_rope(xb, cb, sb)

@@ -2,6 +2,7 @@
 on threads or on a dask.distributed cluster of worker processes.
 
 posemb's apply kernels are NumPy generalized ufuncs (``apply_rope`` is
+``(h,s,d),(s,r),(s,r)->(h,s,d)`` and takes dask arrays vector by vector as
 ``(d),(r),(r)->(d)``, ``learned_pe_forward`` is ``(d),(),(m,d)->(d)``), so a
 dask array passed to them is handled by dask itself through NumPy's
 ``__array_ufunc__`` protocol: the call returns a lazy dask array, and each

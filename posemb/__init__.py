@@ -54,7 +54,7 @@ from ._rope import (  # noqa: E402
     rotate_pairs,
 )
 
-from ._threads import get_num_threads, set_num_threads
+from ._threads import get_num_threads, set_num_threads, show_config
 from ._bench import bench
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
@@ -86,6 +86,7 @@ __all__ = [
     "rotate_pairs",
     "get_num_threads",
     "set_num_threads",
+    "show_config",
     "bench",
     "__version__",
     "rope_config",

@@ -21,9 +21,30 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import posemb
-from posemb import _native as _core
+
+try:
+    from posemb import _stream
+except ImportError:      # a build without the benchmark extension
+    _stream = None
 
 Fn = Callable[[], Any]
+
+
+def _limit(kind: str, a: np.ndarray, b: np.ndarray | None = None) -> None:
+    """The bandwidth limit on posemb's thread count: a streaming pass
+    ("scale", "fill", "copy" into b, "read") in the posemb._stream
+    extension, or NumPy's single-threaded equivalent without it."""
+    if _stream is not None:
+        args = (kind, posemb.get_num_threads(), a) + (() if b is None else (b,))
+        _stream.stream(*args)
+    elif kind == "scale":
+        np.multiply(a, 1, out=a)
+    elif kind == "fill":
+        a.fill(0)
+    elif kind == "copy":
+        np.copyto(b, a)
+    else:
+        a.sum()
 
 
 @dataclass
@@ -109,11 +130,11 @@ def _rope_cases(quick: bool) -> list[Case]:
         label = "x".join(map(str, shape))
         cases.append(Case("rope", "apply_rope in place", label,
                           lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),  # type: ignore[misc]
-                          limit=lambda xi=xi: _core._stream("scale", xi), limit_kind="scale",  # type: ignore[misc]
+                          limit=lambda xi=xi: _limit("scale", xi), limit_kind="scale",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
         cases.append(Case("rope", "apply_rope out=", label,
                           lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),  # type: ignore[misc]
-                          limit=lambda x=x, y=y: _core._stream("copy", x, y), limit_kind="copy",  # type: ignore[misc]
+                          limit=lambda x=x, y=y: _limit("copy", x, y), limit_kind="copy",  # type: ignore[misc]
                           torch=t_fn, numpy=np_formula))
         cases.append(Case("rope", "apply_rope (new array)", label,
                           lambda x=x, c=cos, s=sin: posemb.apply_rope(x, c, s),  # type: ignore[misc]
@@ -157,7 +178,7 @@ def _fresh_copy(x: np.ndarray) -> Fn:
     array, copied into on the pool."""
     def copy() -> Any:
         out = np.empty_like(x)
-        _core._stream("copy", x, out)
+        _limit("copy", x, out)
         return out
     return copy
 
@@ -166,7 +187,7 @@ def _fresh_fill(shape: tuple[int, ...]) -> Fn:
     """The limit for a generated table: a new array, filled on the pool."""
     def fill() -> Any:
         out = np.empty(shape, np.float32)
-        _core._stream("fill", out)
+        _limit("fill", out)
         return out
     return fill
 
@@ -214,17 +235,17 @@ def _sinusoidal_cases(quick: bool) -> list[Case]:
              note="torch/numpy: the seed's formula in float32/float64"),
         Case("sinusoidal", "sinusoidal(out=) (reused)", f"{n}x{d}",
              lambda: posemb.sinusoidal(n, d, out=table),
-             limit=lambda: _core._stream("fill", table), limit_kind="fill",
+             limit=lambda: _limit("fill", table), limit_kind="fill",
              torch=t_fn, numpy=np_formula,
              note="limit: filling the same reused buffer"),
         Case("sinusoidal", "add_sinusoidal out=", "8x512x1024",
              lambda: posemb.add_sinusoidal(x, out=y),
-             limit=lambda: _core._stream("copy", x, y), limit_kind="copy",
+             limit=lambda: _limit("copy", x, y), limit_kind="copy",
              torch=t_add, numpy=lambda: x + pe512,
              note="makes the table each call; torch/numpy: x + a precomputed table"),
         Case("sinusoidal", "AbsolutePE(x, out=) (cached)", "8x512x1024",
              lambda: absolute(x, out=y),
-             limit=lambda: _core._stream("copy", x, y), limit_kind="copy",
+             limit=lambda: _limit("copy", x, y), limit_kind="copy",
              torch=t_add, numpy=lambda: x + pe512,
              note="torch/numpy: x + a precomputed table"),
     ]
@@ -266,12 +287,12 @@ def _learned_cases(quick: bool) -> list[Case]:
     return [
         Case("learned", "learned_pe_backward", f"{b}x{s} tokens, width {d}",
              lambda: posemb.learned_pe_backward(g, pos, num_positions=m),
-             limit=lambda: _core._stream("read", g), limit_kind="read",
+             limit=lambda: _limit("read", g), limit_kind="read",
              torch=t_fn, numpy=np_add_at,
              note="torch: zeros + index_add_; numpy: np.add.at"),
         Case("learned", "learned_pe_forward out=", f"{b}x{s}x{d}",
              lambda: posemb.learned_pe_forward(g, w, pos[:, :], out=y),
-             limit=lambda: _core._stream("copy", g, y), limit_kind="copy",
+             limit=lambda: _limit("copy", g, y), limit_kind="copy",
              torch=t_fwd, numpy=lambda: g + w[pos],
              note="torch: x + nn.Embedding(positions)"),
     ]
@@ -330,11 +351,11 @@ def _bias_cases(quick: bool) -> list[Case]:
              numpy=np_alibi, note="torch/numpy: -m_h * (i - j)"),
         Case("bias", "t5_relative_bias out= (reused)", shape,
              lambda: posemb.t5_relative_bias(table, L, L, out=buf),
-             limit=lambda: _core._stream("fill", buf), limit_kind="fill", torch=t_t5,
+             limit=lambda: _limit("fill", buf), limit_kind="fill", torch=t_t5,
              note="limit: filling the same reused buffer"),
         Case("bias", "alibi_bias out= (reused)", shape,
              lambda: posemb.alibi_bias(slopes, L, L, out=buf),
-             limit=lambda: _core._stream("fill", buf), limit_kind="fill", torch=t_alibi,
+             limit=lambda: _limit("fill", buf), limit_kind="fill", torch=t_alibi,
              numpy=np_alibi),
     ]
 

@@ -75,6 +75,13 @@ def accepts_bfloat16(*operands: str, dtype_arg: str | None = None,
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # fast path (a decode step is dominated by call overhead): no
+            # dtype= argument and no array of a non-NumPy dtype (bfloat16's
+            # kind is "V")
+            if dtype_arg is None and not any(
+                    isinstance(v, np.ndarray) and v.dtype.kind == "V"
+                    for v in (*args, *kwargs.values())):
+                return fn(*args, **kwargs)
             bf = None
             found = False
             try:

@@ -1,4 +1,4 @@
-# Type stub for posemb's C extension (src/module.c).  The public API wraps
+# Type stub for posemb's C extension (src/binding.c).  The public API wraps
 # these; the ufuncs are NumPy (generalized) ufuncs, the rest are private
 # helpers taking pre-checked arrays.  Names added to the extension later are
 # covered by __getattr__ until they are listed here.
@@ -12,14 +12,15 @@ rope_inter_fwd: np.ufunc
 rope_inter_back: np.ufunc
 rotate_half: np.ufunc
 learned_pe_fwd: np.ufunc
-sinusoidal_add: np.ufunc
 sinusoidal_add_rows: np.ufunc
 
 def get_num_threads() -> int: ...
 def set_num_threads(n: int, /) -> int: ...
-def _stream(kind: str, *arrays: np.ndarray) -> Any: ...
-def _rope_grid(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-               out: np.ndarray, /) -> None: ...
+def _dispatch() -> dict[str, str]: ...
+MAX_EXTENT: int
+MAX_EXACT: int
+MAX_EXACT_DISTANCE: int
+T5_MAX_BUCKETS: int
 def _rope_table(positions: np.ndarray, inv_freq: np.ndarray, attention_scale: float,
                 interleaved: bool, cos: np.ndarray, sin: np.ndarray, /) -> None: ...
 def _rope_varlen(*args: Any) -> Any: ...

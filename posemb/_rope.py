@@ -35,85 +35,90 @@ __all__ = [
     "compute_frequencies",
 ]
 
-# kinds as numbered by _core._rope_grid: half fwd, half back, inter fwd, inter back
+# by kind: half fwd, half back, inter fwd, inter back; each the gufunc
+# (h,s,d),(s,r),(s,r)->(h,s,d): heads x positions blocked in C, on the pool
 _UFUNCS = (_core.rope_half_fwd, _core.rope_half_back, _core.rope_inter_fwd, _core.rope_inter_back)
-
-#: below this many elements of x the gufunc is called directly (lowest overhead)
-_GRID_MIN_SIZE = 1 << 15
 
 
 def _kind(interleaved: bool, backward: bool) -> int:
     return 2 * _checks.flag(interleaved, "interleaved") + bool(backward)
 
 
-def _grid_views(x: np.ndarray, cos: np.ndarray) -> tuple[Any, Any] | None:
-    """How to see x as (B, H, S, d) with tables (B|1, 1, S|1, r), or None.
+#: interleaved (a bool) -> forward gufunc, for the decode-step fast path
+_FAST_FWD = {False: _UFUNCS[0], True: _UFUNCS[2]}
+_ND = np.ndarray
+#: the native float dtypes (NumPy's singletons: an identity test is enough)
+_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
-    Returns a function mapping arrays shaped like x (x itself, out) to the
-    4-d view, and one mapping the tables (padded to x's rank) likewise.
+
+def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> Any:
+    """Rotate x (..., d) by tables (..., r) broadcasting against it, through
+    the gufunc of `kind`, whose core is a (heads, positions, features) grid.
+
+    x is seen as that grid without copying: positions are its axis -2 when
+    the tables vary along it, heads its axis -3 when they do not (or axis -2
+    for the (batch, seq, heads, d) layout with tables (seq, 1, r)); other
+    shapes run vector by vector (a 1 x 1 grid per vector).  NumPy does the
+    rest: broadcasting, dtype loops, ``out=`` and copies of overlapping
+    operands.  Broadcasting and ``out`` are checked by NumPy; only when it
+    refuses are they re-checked to name the argument.
     """
-    k = x.ndim - 2
-    tshape = (1,) * (x.ndim - cos.ndim) + cos.shape
-    lead_t = tshape[:k]
-    if k == 0:
-        return (lambda a: a[None, None]), (lambda t: t[None, None])
-    if k == 1:
-        if lead_t[0] == 1:
-            return (lambda a: a[None]), (lambda t: t[None])
-        return (lambda a: a[:, None]), (lambda t: t[:, None])
-    if k == 2:
-        if lead_t[1] == 1:
-            return (lambda a: a), (lambda t: t)
-        if lead_t[0] == 1:
-            return (lambda a: a.transpose(1, 0, 2, 3)), (lambda t: t.transpose(1, 0, 2, 3))
-    return None
-
-
-def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> Any:
-    """Apply rotary kernel `kind`: position-blocked C path for large plain
-    ndarrays of one dtype, NumPy's gufunc machinery for everything else.
-    Broadcasting and ``out`` are checked by NumPy; only when it refuses are
-    they re-checked to name the argument (no cost on the success path)."""
     # out=x (in place) is checked by NumPy itself unless that could pass
     # silently: an empty x, or tables of higher rank than x
-    if out is not None and (out is not x or x.size == 0 or len(cos.shape) > len(x.shape)
-                            or len(sin.shape) > len(x.shape)):
+    xs, cs = x.shape, cos.shape
+    if out is not None and (out is not x or x.size == 0 or len(cs) > len(xs)
+                            or len(sin.shape) > len(xs)):
         try:
-            lead = np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]),
-                                       tuple(sin.shape[:-1]))
+            lead = np.broadcast_shapes(tuple(xs[:-1]), tuple(cs[:-1]), tuple(sin.shape[:-1]))
         except ValueError:
             _explain_failure(x, cos, sin, None, name)
             raise
-        out = _checks.out_operand(out, lead + (x.shape[-1],))
-    if (type(x) is np.ndarray and x.size >= _GRID_MIN_SIZE and 2 <= x.ndim <= 4
-            and type(cos) is np.ndarray and type(sin) is np.ndarray
-            and cos.shape == sin.shape and cos.ndim <= x.ndim
-            and cos.dtype == x.dtype and sin.dtype == x.dtype and x.dtype.isnative
-            and x.flags.aligned and cos.flags.aligned and sin.flags.aligned
-            and (out is None or (type(out) is np.ndarray and out.shape == x.shape
-                                 and out.dtype == x.dtype and out.flags.writeable
-                                 and out.flags.aligned
-                                 and (out is x or not np.may_share_memory(out, x))
-                                 and not np.may_share_memory(out, cos)
-                                 and not np.may_share_memory(out, sin)))):
-        try:
-            ok = np.broadcast_shapes(cos.shape[:-1], x.shape[:-1]) == x.shape[:-1]
-        except ValueError:
-            ok = False
-        views = _grid_views(x, cos) if ok else None
-        if views is not None:
-            xv, tv = views
-            pad = (1,) * (x.ndim - cos.ndim)
-            c4 = tv(cos.reshape(pad + cos.shape))
-            s4 = tv(sin.reshape(pad + sin.shape))
-            if out is None:
-                out = np.empty_like(x)
-            _core._rope_grid(kind, xv(x), c4, s4, xv(out))
-            return out
+        out = _checks.out_operand(out, lead + (xs[-1],))
     uf = _UFUNCS[kind]
-    x, (cos, sin) = _checks.dask_operands(x, (cos, sin), (-1,))
+    nx, nt = len(xs) - 1, len(cs) - 1
     try:
-        return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
+        if type(x) is np.ndarray and cs == sin.shape and nx >= 1:
+            if nx >= 2 and nt == 1 and cs[0] == xs[-2]:    # the common case: no views
+                return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
+            n = max(nx, nt)
+            lx = (1,) * (n - nx) + tuple(xs[:-1])
+            lt = (1,) * (n - nt) + tuple(cs[:-1])
+            xv = x[(None,) * (n - nx)]
+            if n >= 2 and lt[-1] == 1 and lt[-2] == lx[-2] != 1 and lx[-1] != 1:
+                # (batch, seq, heads, d) with tables (seq, 1, r): heads on -1
+                c = cos.reshape(lt[:-1] + cs[-1:])
+                s = sin.reshape(lt[:-1] + cs[-1:])
+                if out is None:
+                    out = np.empty(np.broadcast_shapes(lx, lt) + xs[-1:],
+                                   np.result_type(x.dtype, cos.dtype, sin.dtype))
+                uf(xv.swapaxes(-2, -3), c, s, out=out.swapaxes(-2, -3))
+                return out
+            # positions on axis -2 (x or the tables broadcast along it with
+            # zero strides); heads on axis -3 if the tables do not vary
+            # along it, else a new axis of length 1
+            npos = lt[-1] if lx[-1] == 1 else lx[-1]       # broadcast
+            heads = n >= 2 and lt[-2] == 1
+            tshape = (lt[:-2] if heads else lt[:-1]) + (lt[-1], cs[-1])
+            c, s = cos.reshape(tshape), sin.reshape(tshape)
+            if not heads:
+                xv = xv[..., None, :, :]
+            if lt[-1] != npos:
+                c = np.broadcast_to(c, tshape[:-2] + (npos, cs[-1]))
+                s = np.broadcast_to(s, tshape[:-2] + (npos, cs[-1]))
+            if lx[-1] != npos:
+                xv = np.broadcast_to(xv, xv.shape[:-2] + (npos, xs[-1]))
+            if out is None:
+                y = uf(xv, c, s)
+                return y if heads else y[..., 0, :, :]
+            uf(xv, c, s, out=out if heads else out[..., None, :, :])
+            return out
+        # anything else (a dask array, tables of two shapes): vector by vector
+        x, (cos, sin) = _checks.dask_operands(x, (cos, sin), (-1,))
+        if out is None:
+            return uf(x[..., None, None, :], cos[..., None, :], sin[..., None, :])[..., 0, 0, :]
+        uf(x[..., None, None, :], cos[..., None, :], sin[..., None, :],
+           out=out[..., None, None, :])
+        return out
     except (ValueError, TypeError):
         _explain_failure(x, cos, sin, out, name)
         raise
@@ -366,14 +371,14 @@ def _seq_axis(seq_axis: Any, ndim: int) -> int:
     return a
 
 
-@accepts_bfloat16("x", "cos", "sin")
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Rotate ``x`` by the tables: ``y = x*cos + rotate(x)*sin`` in one pass.
 
-    A NumPy generalized ufunc over ``(d),(r),(r)->(d)``: ``cos``/``sin`` broadcast
-    against ``x`` on all but the last axis.  ``r < d`` is partial rotary (the
-    first ``r`` features rotate, the rest are copied).  With ``interleaved=False``
+    ``cos``/``sin`` broadcast against ``x`` on all but the last axis (the
+    kernels are NumPy generalized ufuncs over ``(heads, seq, d)`` grids).
+    ``r < d`` is partial rotary (the first ``r`` features rotate, the rest
+    are copied).  With ``interleaved=False``
     pairs are ``(i, i + r/2)`` (HF ``rotate_half``); with ``True`` they are
     ``(2i, 2i+1)`` (GPT-J, Meta).  ``out=x`` works in place.  float16 is
     computed in float32 and rounded once.  For float32/float64 the result
@@ -405,9 +410,27 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
+    # a decode step is call overhead: operands with nothing to check that
+    # NumPy does not (plain native float ndarrays of one dtype, x (..., h, s, d)
+    # not broadcast, tables (s, r) with r even and <= d) go straight to the gufunc
+    if (out is None and seq_axis is None and type(x) is _ND and type(cos) is _ND
+            and type(sin) is _ND):
+        dt, xs, cs = x.dtype, x.shape, cos.shape
+        if ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
+                and len(xs) >= 3 and len(cs) == 2 and cs == sin.shape and cs[0] == xs[-2]
+                and not cs[1] & 1 and cs[1] <= xs[-1] and 0 not in x.strides):
+            if interleaved is False or interleaved is True:
+                return _FAST_FWD[interleaved](x, cos, sin)
+    return _apply_rope_any(x, cos, sin, interleaved=interleaved, seq_axis=seq_axis, out=out)
+
+
+@accepts_bfloat16("x", "cos", "sin")
+def _apply_rope_any(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
+                    seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
+    """:func:`apply_rope` for any operands: checks, bfloat16, views."""
     x, cos, sin = _rope_operands(x, cos, sin)
     cos, sin = _tables_along(x, cos, sin, seq_axis)
-    return _run(_kind(interleaved, False), x, cos, sin, out)
+    return _apply(_kind(interleaved, False), x, cos, sin, out)
 
 
 @accepts_bfloat16("grad", "cos", "sin")
@@ -429,7 +452,7 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     """
     grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
     cos, sin = _tables_along(grad, cos, sin, seq_axis)
-    return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")
+    return _apply(_kind(interleaved, True), grad, cos, sin, out, "grad")
 
 
 @accepts_bfloat16("q", "k", "cos", "sin")
@@ -473,7 +496,7 @@ def _rotate_qk_unsqueezed(q: Any, k: Any, cos: Any, sin: Any,
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin: {e}") from None
     q, cos, sin = _rope_operands(q, cos, sin, "q")
     k, cos, sin = _rope_operands(k, cos, sin, "k")
-    return _run(0, q, cos, sin, None, "q"), _run(0, k, cos, sin, None, "k")
+    return _apply(0, q, cos, sin, None, "q"), _apply(0, k, cos, sin, None, "k")
 
 
 def rotate_half(x: Any) -> Any:
@@ -623,7 +646,7 @@ def apply_rotary_emb(xq: Any, xk: Any, freqs_cis: Any) -> tuple[np.ndarray, np.n
         table_shape = (1, fc.shape[0]) + (1,) * (len(x.shape) - 3) + (x.shape[-1],)
         cos = np.repeat(fc.real.astype(work), 2, axis=-1).reshape(table_shape)
         sin = np.repeat(fc.imag.astype(work), 2, axis=-1).reshape(table_shape)
-        y = _run(2, x, cos, sin, None)
+        y = _apply(2, x, cos, sin, None)
         results.append(y.astype(x.dtype, copy=False))
     return results[0], results[1]
 

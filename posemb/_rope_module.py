@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _checks
 from ._bfloat16 import accepts_bfloat16
-from ._rope import _kind, _run, _seq_axis, _tables
+from ._rope import _F16, _F32, _F64, _FAST_FWD, _apply, _kind, _seq_axis, _tables
 from ._conventions import rope_convention
 from ._rope_scaling import (_get, frequency_regime, layer_rope_parameters, normalize_scaling,
                             rope_scaling_parameters)
@@ -370,15 +370,33 @@ class RoPE:
         method(np.moveaxis(x, sa, -2), positions, offset=offset, out=np.moveaxis(out, sa, -2))
         return out
 
-    @accepts_bfloat16("x")
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
+        if (positions is None and out is None and seq_axis is None and type(x) is np.ndarray
+                and type(offset) is int and offset >= 0 and self._plain_frequencies
+                and not self.rotary_dim & 1):
+            # a decode step: the cached rows offset .. offset+seq straight to
+            # the gufunc (what the long road below does, without its checks)
+            dt, xs = x.dtype, x.shape
+            if ((dt is _F32 or dt is _F64 or dt is _F16) and len(xs) >= 3
+                    and xs[-1] == self.head_size and 0 not in x.strides):
+                tables = self._cache.get((dt, None))
+                stop = offset + xs[-2]
+                if tables is not None and tables[0].shape[0] >= stop:
+                    return _FAST_FWD[self.interleaved](x, tables[0][offset:stop],
+                                                       tables[1][offset:stop])
+        return self._call_any(x, positions, offset=offset, seq_axis=seq_axis, out=out)
+
+    @accepts_bfloat16("x")
+    def _call_any(self, x: Any, positions: Any = None, *, offset: Any = 0,
+                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
+        """:meth:`__call__` for any operands: checks, bfloat16, views."""
         x = _checks.float_operand(x, "x")
         if seq_axis is not None and _seq_axis(seq_axis, len(x.shape)) != len(x.shape) - 2:
             return self._along(self.__call__, x, positions, offset, out, seq_axis, "x")
         cos, sin = self._tables_for(x, positions, offset, "x")
-        return _run(_kind(self.interleaved, False), x, cos, sin, out)
+        return _apply(_kind(self.interleaved, False), x, cos, sin, out)
 
     forward = __call__
 
@@ -470,10 +488,10 @@ class RoPE:
             kcos, ksin = self._tables_for(k, positions, offset, "k")
         kind = _kind(self.interleaved, False)
         if inplace:
-            _run(kind, q, cos, sin, q)
-            _run(kind, k, kcos, ksin, k)
+            _apply(kind, q, cos, sin, q)
+            _apply(kind, k, kcos, ksin, k)
             return q, k
-        return _run(kind, q, cos, sin, None), _run(kind, k, kcos, ksin, None)
+        return _apply(kind, q, cos, sin, None), _apply(kind, k, kcos, ksin, None)
 
     def apply_varlen(self, x: Any, cu_seqlens: Any, *, offset: Any = 0,
                      out: np.ndarray | None = None) -> np.ndarray:
@@ -546,7 +564,7 @@ class RoPE:
         if seq_axis is not None and _seq_axis(seq_axis, len(grad.shape)) != len(grad.shape) - 2:
             return self._along(self.backward, grad, positions, offset, out, seq_axis, "grad")
         cos, sin = self._tables_for(grad, positions, offset, "grad")
-        return _run(_kind(self.interleaved, True), grad, cos, sin, out, "grad")
+        return _apply(_kind(self.interleaved, True), grad, cos, sin, out, "grad")
 
 
 def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,

@@ -30,6 +30,35 @@ __all__ = [
 # ---------------------------------------------------------------- varlen
 
 
+def _check_varlen(cu: np.ndarray, offsets: np.ndarray | None, total: int, rows: int) -> None:
+    """cu_seqlens (nseq + 1,) and offsets (nseq,) or None against x's total
+    tokens and the tables' rows (the C function checks again, unnamed)."""
+    if cu[0] != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {cu[0]}")
+    bad = np.flatnonzero(cu[1:] < cu[:-1])
+    if bad.size:
+        w = int(bad[0]) + 1
+        raise ValueError(f"cu_seqlens must be non-decreasing, got cu_seqlens[{w}] = {cu[w]} "
+                         f"after {cu[w - 1]}")
+    if cu[-1] != total or cu.max() > total:
+        w = int(np.argmax(cu > total)) if cu.max() > total else cu.size - 1
+        raise ValueError(f"cu_seqlens must end at total_tokens = x.shape[0] = {total} and "
+                         f"never exceed it, got cu_seqlens[{w}] = {cu[w]}")
+    if offsets is None:
+        offsets = np.zeros(cu.size - 1, np.int64)
+    if offsets.size and offsets.min() < 0:
+        w = int(np.argmax(offsets < 0))
+        raise ValueError(f"offset[{w}] = {offsets[w]} must be >= 0")
+    lengths = np.diff(cu)
+    # rows needed: offset + length, compared without overflow near 2**63
+    over = offsets > rows - lengths
+    if over.any():
+        w = int(np.argmax(over))
+        raise IndexError(f"cu_seqlens and offset: sequence {w} has {lengths[w]} tokens from "
+                         f"position offset[{w}] = {offsets[w]} on, but cos/sin have only "
+                         f"{rows} rows")
+
+
 def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
                       interleaved: bool = False, offset: Any = 0,
                       out: np.ndarray | None = None) -> np.ndarray:
@@ -103,6 +132,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
         if offsets.shape != (nseq,):
             raise ValueError(
                 f"offset must be an integer or have shape (batch,) = ({nseq},), got {offsets.shape}")
+    _check_varlen(cu, offsets, x.shape[0], cos.shape[0])
     work = np.result_type(x.dtype, cos.dtype, sin.dtype).newbyteorder("=")
     xw = np.require(x, dtype=work, requirements=["A"])
     cw = np.require(cos, dtype=work, requirements=["A"])

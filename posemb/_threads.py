@@ -1,4 +1,5 @@
-"""Thread count of posemb's internal pool (C kernels split large work)."""
+"""posemb's runtime: the thread count of its internal pool (C kernels split
+large work) and the CPU level its SIMD kernels were dispatched to."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ from typing import Any
 from . import _checks
 from . import _native as _core
 
-__all__ = ["set_num_threads", "get_num_threads"]
+__all__ = ["set_num_threads", "get_num_threads", "show_config"]
 
 
 def set_num_threads(n: int) -> int:
@@ -44,6 +45,37 @@ def get_num_threads() -> int:
     True
     """
     return int(_core.get_num_threads())
+
+
+def show_config(*, print_: bool = True) -> dict[str, str]:
+    """The CPU level posemb's kernels run at, and what each family uses.
+
+    The CPU is probed once, when posemb is imported, and every SIMD kernel
+    afterwards uses that level: the best this CPU (and build) runs, or the
+    one set by the environment variable ``POSEMB_CPU`` (``baseline``,
+    ``sse2``, ``avx2`` or ``avx512``; a level above the CPU's is lowered to
+    it with a ``RuntimeWarning``).  Every level gives the same bits.
+
+    Returns (and, with ``print_=True``, prints) a dict: ``level`` (in use),
+    ``supported`` (the best this CPU and build run), the instruction set of
+    the ``rope``, ``sinusoidal`` and ``learned`` kernels, and
+    ``streaming_stores`` (the widest non-temporal stores used, or ``none``),
+    plus ``threads``.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> cfg = posemb.show_config(print_=False)
+    >>> cfg["level"] in ("baseline", "sse2", "avx2", "avx512")
+    True
+    """
+    print_ = _checks.flag(print_, "print_")
+    cfg = dict(_core._dispatch())
+    cfg["threads"] = str(get_num_threads())
+    if print_:
+        for key, value in cfg.items():
+            print(f"{key + ':':18}{value}")
+    return cfg
 
 
 def _init_from_env() -> None:

@@ -1,9 +1,11 @@
 /*
  * posemb.h - the plain-C kernels of posemb.
  *
- * Nothing here includes Python.h or NumPy headers: the kernels see raw
- * pointers, sizes and byte strides, and the single binding file
- * (module.c) is the only place that talks to CPython and the NumPy C API.
+ * Nothing here includes Python.h or NumPy headers: the kernels
+ * (src/kernels/, one file per family) and the runtime (src/runtime/: CPU
+ * dispatch, thread pool, memory policy) see raw pointers, sizes and byte
+ * strides; the binding (src/binding.c) is the only C that talks to CPython
+ * and the NumPy C API.
  *
  * Naming: pe_<family>_<variant>_<direction>_<dtype>, e.g.
  * pe_rope_half_fwd_f32.  f16 kernels compute in float32 and round once.
@@ -16,28 +18,60 @@
 #include <stdint.h>
 
 /*
- * Run-time SIMD dispatch: with GCC on x86-64 ELF targets, hot kernels are
- * compiled for AVX2 and the baseline (SSE2) and the loader picks one by
- * CPUID (an ifunc).  Elsewhere -- musl (musllinux) has no ifunc, so glibc
- * only (__GLIBC__ comes with <stdint.h>) -- they are compiled once for the
- * baseline.
- * The build itself never uses -march, so one wheel runs everywhere.
- * No AVX-512 clone: -mavx512f implies FMA, and GCC 12 then forms
- * vfmaddsub from the interleaved RoPE's a*b -/+ c*d despite
- * -ffp-contract=off, changing last bits (tests caught it).  The "avx2"
- * target has no FMA, so every path gives the same bits.  The few AVX-512F
- * kernels (sinusoidal.c) are written with explicit intrinsics, picked by
- * __builtin_cpu_supports, and a test checks the binary holds no FMA.
+ * SIMD: one CPU dispatch (dispatch.c).  The CPU is probed once, at import,
+ * and each family fills its table of kernels for the level chosen
+ * (baseline, sse2, avx2, avx512; POSEMB_CPU may ask for a lower one).
+ * Per-ISA kernels are separate functions with a target attribute, never
+ * target_clones or ifunc (musl has neither), and the build itself never
+ * uses -march, so one wheel runs everywhere.  No kernel uses FMA: the
+ * "avx2" target has none, GCC 12 would form vfmaddsub from the interleaved
+ * RoPE's a*b -/+ c*d under "avx512f" despite -ffp-contract=off, so the
+ * few AVX-512F kernels (sinusoidal.c) are explicit intrinsics, and a test
+ * checks the binary holds no FMA.  Every level gives the same bits.
  * Building with -DPOSEMB_NO_CLONES leaves only the portable C kernels (no
- * clones, no intrinsics): .ci/portable.sh runs the suite on such a build,
- * so the paths other CPUs take are tested here too.
+ * intrinsics, no streaming stores): .ci/portable.sh runs the suite on such
+ * a build, and .ci/cpu_levels.sh runs the kernel tests at every level this
+ * machine has.
  */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__ELF__) && defined(__GLIBC__) && !defined(POSEMB_NO_CLONES)
-#define PE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define PE_SIMD_CLONES
+/*
+ * x86-64 SIMD kernels (explicit intrinsics in functions with a target
+ * attribute) are built unless -DPOSEMB_NO_CLONES asks for the portable C
+ * kernels only.
+ */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(POSEMB_NO_CLONES)
+#define PE_X86_SIMD 1
 #endif
+
+/* ------------------------------------------------------------------ */
+/* CPU dispatch (dispatch.c): one level for the whole process          */
+/* ------------------------------------------------------------------ */
+enum { PE_CPU_BASELINE, PE_CPU_SSE2, PE_CPU_AVX2, PE_CPU_AVX512, PE_CPU_LEVELS };
+int pe_cpu_supported(void);      /* the best level this CPU and build run */
+/* Use level (-1: the best; above the best: clamped); returns the level
+ * used.  Called once, at import, before any kernel runs. */
+int pe_cpu_select(int level);
+int pe_cpu_level(void);          /* the level in use */
+const char *pe_cpu_name(int level);
+int pe_cpu_parse(const char *name);   /* the level named name, or -1 */
+/* The ISA each family's SIMD kernels use at the level in use. */
+enum { PE_FAMILY_ROPE, PE_FAMILY_SINUSOIDAL, PE_FAMILY_LEARNED, PE_FAMILY_STREAM,
+       PE_FAMILIES };
+const char *pe_family_isa(int family);
+
+/*
+ * Limits, defined here once (the binding exports them to Python as
+ * posemb._core.MAX_EXTENT, ...):
+ *   PE_MAX_EXTENT: sizes and |query_offset| of bias and mask tables, so
+ *       that every key - query difference stays well inside int64;
+ *   PE_MAX_EXACT: positions (and T5's max_distance), exact in float64;
+ *   PE_MAX_EXACT_DISTANCE: ALiBi's sizes and |query_offset|, so that every
+ *       distance is exact in float64 after adding them;
+ *   PE_T5_MAX_BUCKETS: T5 buckets (the boundary table has one per bucket).
+ */
+#define PE_MAX_EXTENT (INT64_C(1) << 61)
+#define PE_MAX_EXACT (INT64_C(1) << 53)
+#define PE_MAX_EXACT_DISTANCE (INT64_C(1) << 52)
+#define PE_T5_MAX_BUCKETS (INT64_C(1) << 20)
 
 /* Helpers inlined into each SIMD clone, so they are compiled for its target. */
 #if defined(__GNUC__)
@@ -82,6 +116,15 @@ typedef void (*pe_task_fn)(void *ctx, ptrdiff_t begin, ptrdiff_t end);
  * write disjoint memory.
  */
 void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx);
+/*
+ * pe_parallel_for over [0, n) in chunks of about PE_STOP_CHECK_BYTES
+ * (item_bytes per item); between chunks, once every ~100 ms of work, asks
+ * stop() (if not NULL) whether to stop.  Returns 1 if it stopped, else 0.
+ */
+typedef int (*pe_stop_fn)(void);
+int pe_parallel_for_stoppable(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t item_bytes,
+                              pe_task_fn fn, void *ctx, pe_stop_fn stop);
+#define PE_STOP_CHECK_BYTES ((ptrdiff_t)32 << 20)
 int pe_set_num_threads(int n);   /* clamps to [1, 64]; returns the value */
 int pe_get_num_threads(void);    /* default: online CPUs */
 
@@ -95,7 +138,8 @@ int pe_get_num_threads(void);    /* default: online CPUs */
 void pe_toeplitz_fill(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
                       ptrdiff_t itemsize, const void *diag, void *out);
 
-/* Streaming passes for the benchmarks' bandwidth limit (stream.c). */
+/* Streaming passes for the benchmarks' bandwidth limit (bench/stream.c,
+ * built into posemb._stream only, never into posemb._core). */
 void pe_stream_scale_f32(ptrdiff_t n, float *x, float a);   /* x *= a */
 void pe_stream_fill_f32(ptrdiff_t n, float *x, float a);    /* x = a  */
 void pe_stream_copy(ptrdiff_t nbytes, const void *src, void *dst);
@@ -106,7 +150,7 @@ void pe_stream_read_f32(ptrdiff_t n, const float *x);       /* reads x */
 /* ------------------------------------------------------------------ */
 
 /*
- * One generalized-ufunc call of a rotary kernel, signature (d),(r),(r)->(d):
+ * One run of a rotary kernel (pe_rope_apply calls them block by block):
  * n vectors x[k] of d features, each rotated by the full-width tables
  * cos[k], sin[k] of r <= d features; features 2*(r/2)..d-1 are copied
  * (partial rotary; an odd r leaves its unpaired feature unchanged).
@@ -147,19 +191,14 @@ void pe_rope_inter_back_f32(const pe_rope_loop *a);
 void pe_rope_inter_back_f64(const pe_rope_loop *a);
 
 /*
- * Run a rotary kernel over L->n vectors on the thread pool (each part is
- * the same kernel on a sub-range of vectors).  itemsize is the element size.
- */
-void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize);
-
-/*
- * A (B, H, S, d) grid of vectors whose tables depend on (b, s) only: x/y
- * byte strides over (b, h, s), table strides over (b, s) (0 to broadcast),
- * inner strides over features.  The typical layouts are HF/Julia
- * (batch, heads, seq, head_dim) with tables (seq, dim) or (batch, 1, seq,
- * dim).  pe_rope_grid runs fn position-block by position-block with all H
- * heads inside a block, so each table row is read from memory once and
- * reused from cache for every head; blocks are spread over the pool.
+ * RoPE over a grid: the inner loop of the gufunc (h,s,d),(s,r),(s,r)->(h,s,d).
+ * B batch entries (the gufunc's outer loop) of H heads x S positions, each
+ * a vector of d features rotated by table row (b, s) of r <= d features:
+ * x/y byte strides over (b, h, s), table strides over (b, s), inner strides
+ * over features.  Any strides; y is x itself (same strides: in place) or
+ * overlaps no input (NumPy copies any other overlap first).  The typical
+ * layouts are HF/Julia (batch, heads, seq, head_dim) with tables (seq, dim)
+ * or (batch, seq, dim).
  */
 typedef struct pe_rope_grid {
     ptrdiff_t B, H, S, d, r;
@@ -168,32 +207,29 @@ typedef struct pe_rope_grid {
     ptrdiff_t x_b, x_h, x_s, y_b, y_h, y_s;
     ptrdiff_t cos_b, cos_s, sin_b, sin_s;
     ptrdiff_t x_inner, cos_inner, sin_inner, y_inner;
+    /* asked every ~100 ms of work whether to stop (NULL: never) */
+    pe_stop_fn stop;
 } pe_rope_grid;
 
-void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize);
-
 /*
- * Duplicated-table kernels: half-split RoPE for tables whose rows satisfy
- * row[i + h] == row[i] (HF's concat(c, c)), reading only the first half;
- * bit-identical to pe_rope_half_* on such tables.
+ * Run a grid: kind 0..3 (half fwd, half back, interleaved fwd, interleaved
+ * back), type 0..2 (float16, float32, float64).  The grid is cut into
+ * blocks of positions with all H heads inside a block, so each table row is
+ * read from memory once and reused from cache for every head; blocks are
+ * spread over the pool.  Each block takes the fastest kernel it allows, all
+ * with the bits of pe_rope_{half,inter}_*: half-split blocks whose table
+ * rows are duplicated (checked bitwise) read half the tables; f32/f64 take
+ * the SIMD kernels of the dispatched CPU level, with streaming stores for
+ * large out-of-place outputs.  Returns 1 if stopped part way (g->stop said
+ * so), else 0.
  */
-void pe_rope_dup_fwd_f32(const pe_rope_loop *a);
-void pe_rope_dup_fwd_f64(const pe_rope_loop *a);
-void pe_rope_dup_back_f32(const pe_rope_loop *a);
-void pe_rope_dup_back_f64(const pe_rope_loop *a);
+int pe_rope_apply(const pe_rope_grid *g, int kind, int type);
 
-/*
- * RoPE over a grid, float32 (itemsize 4) or float64 (8), kind 0..3 (half
- * fwd, half back, interleaved fwd, interleaved back): the bits of
- * pe_rope_{half,inter}_* by the fastest kernel each block of positions
- * allows.  Half-split blocks whose table rows are duplicated (checked
- * bitwise) read half the tables; on x86-64, explicit SSE2/AVX2 vectors and
- * streaming stores for large out-of-place outputs.  simd caps the vector
- * level: 0 portable C, 1 SSE2, 2 AVX2 (pe_rope_simd_level() is what this
- * CPU has).
- */
-void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd);
-int pe_rope_simd_level(void);
+/* Fill RoPE's kernel table for a CPU level (dispatch.c calls it once);
+ * returns the ISA its SIMD kernels use. */
+const char *pe_rope_dispatch(int level);
+/* The full-width kernel of the dispatched level, kind 0..3, type 0..2. */
+pe_rope_fn pe_rope_kernel(int kind, int type);
 
 /* out-of-place outputs at least this large use streaming stores */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)
@@ -208,7 +244,7 @@ int pe_rope_simd_level(void);
  * fresh 64 MiB array, 12.3 ms with streaming stores, 9.9 ms with plain
  * ones).  So the kernels stream only into outputs whose middle element's
  * page is in memory (the first page of a fresh malloc block holds the
- * allocator's header, so it is always in).  (stream.c)
+ * allocator's header, so it is always in).  (runtime/memory.c)
  */
 int pe_memory_resident(const void *p);
 /*
@@ -347,9 +383,6 @@ typedef struct pe_sinusoidal_add_loop {
 void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *a);
 void pe_sinusoidal_add_f32(const pe_sinusoidal_add_loop *a);
 void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
-/* run an add kernel over the pool (serially if y partly overlaps x) */
-void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
-                                const pe_sinusoidal_add_loop *L, ptrdiff_t itemsize);
 
 /*
  * x + table over a (B, S, D) grid: y[b, s, j] = x[b, s, j] + t[b, s, j],
@@ -371,9 +404,13 @@ typedef struct pe_sinusoidal_grid {
     ptrdiff_t x_b, t_b, y_b;
     ptrdiff_t x_s, t_s, y_s;
     ptrdiff_t x_d, t_d, y_d;
+    pe_stop_fn stop;   /* asked every ~100 ms of work whether to stop, or NULL */
 } pe_sinusoidal_grid;
 
 void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind);
+/* Fill the family's kernel table for a CPU level (once, from dispatch.c);
+ * returns the ISA its SIMD kernels use. */
+const char *pe_sinusoidal_dispatch(int level);
 
 /* ------------------------------------------------------------------ */
 /* Learned encodings (learned.c)                                       */
@@ -395,18 +432,19 @@ typedef struct pe_learned_loop {
     char *y;
     ptrdiff_t x_step, pos_step, w_step, y_step;
     ptrdiff_t x_inner, w_row, w_inner, y_inner;
+    pe_stop_fn stop;   /* pe_learned_fwd_run: asked every ~100 ms, or NULL */
 } pe_learned_loop;
 
 void pe_learned_fwd_f16(const pe_learned_loop *a);
 void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
-/* the same with streaming (non-temporal) stores, for large out-of-place y
- * (PE_STREAM_MIN_BYTES); any other operands take the plain kernel */
-void pe_learned_fwdnt_f32(const pe_learned_loop *a);
-void pe_learned_fwdnt_f64(const pe_learned_loop *a);
-/* run a forward kernel over the pool, vectors split across threads */
-void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
-                             const pe_learned_loop *L, ptrdiff_t itemsize);
+/* Run the forward over the pool, vectors split across threads, type 0..2
+ * (float16, float32, float64); large out-of-place f32/f64 outputs
+ * (PE_STREAM_MIN_BYTES) use streaming stores where the level has them. */
+void pe_learned_fwd_run(const pe_learned_loop *L, int type);
+/* Fill the family's kernel table for a CPU level (once, from dispatch.c);
+ * returns the ISA its SIMD kernels use. */
+const char *pe_learned_dispatch(int level);
 
 /*
  * Learned backward, the scatter-add of n gradient rows g[t] (d features,

@@ -36,7 +36,7 @@ import traceback
 import numpy as np
 
 import posemb
-from posemb import _core
+from posemb import _core, _stream
 from posemb import _reference as R
 
 ALLOWED = (TypeError, ValueError, IndexError, OverflowError, MemoryError)
@@ -697,19 +697,19 @@ def mk_core(g):
     if r < 0.2:
         d, rr = g.small(0, 5), g.small(0, 5)
         uf = g.pick(GUFUNCS)
-        args = (g.array((2, d), fdt), g.array((2, rr), fdt), g.array((2, rr), fdt))
-        kw = {"out": g.array((2, d), fdt)} if g.chance(0.3) else {}
+        hh, ss = g.small(0, 3), g.small(0, 3)
+        args = (g.array((2, hh, ss, d), fdt), g.array((2, ss, rr), fdt), g.array((ss, rr), fdt))
+        kw = {"out": g.array((2, hh, ss, d), fdt)} if g.chance(0.3) else {}
         return uf, args, kw, None
     if r < 0.3:
-        return g.pick([_core.rotate_half, _core.sinusoidal_add, _core.learned_pe_fwd]), tuple(
+        return g.pick([_core.rotate_half, _core.sinusoidal_add_rows, _core.learned_pe_fwd]), tuple(
             g.array(g.shape(), g.pick([fdt, "i8"])) for _ in range(g.small(1, 3))), {}, None
     if r < 0.4:
         B, H, S, d = g.small(0, 2), g.small(0, 2), g.small(0, 3), 2 * g.small(0, 2)
         x = g.array((B, H, S, d), fdt, g.pick(["C", "strided", "reversed", "unaligned"]))
         out = x if g.chance(0.3) else g.array((B, H, S, d), fdt, g.pick(["C", "reversed"]))
-        return _core._rope_grid, (g.maybe(lambda: g.small(0, 3)), x,
-                                  g.array((1, 1, S, d), fdt), g.array((1, 1, S, d), fdt),
-                                  out), {}, None
+        return g.pick(GUFUNCS), (x, g.array((1, S, d), fdt), g.array((S, d), fdt)), \
+            {"out": out}, None
     n, h = g.small(0, 4), g.small(0, 3)
     edt = g.pick(["f4", "f8"])
     makers = [
@@ -741,8 +741,8 @@ def mk_core(g):
                                       g.pick([-1, 0, 2, 2**62]))),
         lambda: (_core._padding_mask, (np.abs(g.array((n,), "i8", "C")),
                                        g.array((n, h), "?", "C"), g.flag())),
-        lambda: (_core._stream, (g.pick(["scale", "fill", "copy", "x"]),
-                                 g.array((n,), "f4", "C"), g.array((n,), "f4", "C"))),
+        lambda: (_stream.stream, (g.pick(["scale", "fill", "copy", "x"]), g.small(1, 3),
+                                  g.array((n,), "f4", "C"), g.array((n,), "f4", "C"))),
         lambda: (_core._rope_varlen, (g.array((n, 2, 2 * h), edt, "C"),
                                       np.array(sorted(g.r.randint(0, n) for _ in range(h))
                                                + [n], np.int64) if g.chance(0.7)
@@ -802,7 +802,7 @@ CORE_OUTS = {"_rope_table": (4, 5), "_sinusoidal_table": (3,), "_learned_back": 
              "_t5_bucket": (1,), "_t5_bias": (1,), "_t5_bias_backward": (1,),
              "_shaw_index": (0,), "_shaw_embed": (1,), "_shaw_embed_backward": (1,),
              "_alibi_bias": (1,), "_causal_mask": (0,), "_padding_mask": (1,),
-             "_stream": (1, 2), "_rope_grid": (4,), "_rope_varlen": (7,)}
+             "stream": (2, 3), "_rope_varlen": (7,)}
 
 
 def snapshot(fn, args, kw):

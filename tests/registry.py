@@ -117,6 +117,7 @@ REGISTRY = [
     ("RoPE.cos_sin", ROPE.cos_sin, (POS,), {}, near((C64, S64))),
     ("set_num_threads", posemb.set_num_threads, (posemb.get_num_threads(),), {}, None),
     ("get_num_threads", posemb.get_num_threads, (), {}, None),
+    ("show_config", posemb.show_config, (), {"print_": False}, None),
     ("sinusoidal", posemb.sinusoidal, (16, 64), {"start": 5},
      near(R.sinusoidal(16, 64, start=5))),
     ("add_sinusoidal", posemb.add_sinusoidal, (X,), {},

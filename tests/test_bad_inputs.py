@@ -371,6 +371,7 @@ SPECS = [
               offset=(SIZE, {}), seq_len=(SIZE, {}), dtype=(DTYPE, dict(optional=True)))),
     Spec("set_num_threads", posemb.set_num_threads, dict(n=posemb.get_num_threads()),
          dict(n=(SIZE, dict(minimum=1)))),
+    Spec("show_config", posemb.show_config, dict(print_=False), dict(print_=(FLAG, {}))),
     Spec("sinusoidal", posemb.sinusoidal,
          dict(seq_len=5, dim=7, base=10000.0, start=3, layout="concat", dtype=np.float64),
          dict(seq_len=(SIZE, {}), dim=(SIZE, {}), base=(REAL, dict(positive=True)),

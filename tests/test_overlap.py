@@ -16,14 +16,6 @@ from numpy.lib.stride_tricks import as_strided
 
 import posemb
 
-# RoPE's position-blocked Python fast path (posemb._rope._run / _rope_grid)
-# rotates rows of a large self-overlapping x from data it has already
-# overwritten; the one-road redesign removes it so NumPy's gufunc overlap
-# handling applies.  Until that is merged these cases fail on this branch.
-FAST_PATH = pytest.mark.xfail(
-    strict=False, reason="RoPE's Python fast path (_run/_rope_grid) ignores self-overlap; "
-                         "removed by the one-road redesign (issue 13)")
-
 P = 7                 # every row at this position
 SEQ = 4096
 
@@ -64,7 +56,6 @@ def check(buf, orig, p, *, interleaved=False, inverse=False):
 DTYPES = [np.float32, np.float64, np.float16]
 
 
-@FAST_PATH
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_apply_rope_out_is_a_self_overlapping_x(dtype, interleaved):
@@ -76,7 +67,6 @@ def test_apply_rope_out_is_a_self_overlapping_x(dtype, interleaved):
     check(buf, orig, P, interleaved=interleaved)
 
 
-@FAST_PATH
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_apply_rope_backward_out_is_a_self_overlapping_grad(dtype):
     buf, g = self_overlapping(dtype)
@@ -86,7 +76,6 @@ def test_apply_rope_backward_out_is_a_self_overlapping_grad(dtype):
     check(buf, orig, P, inverse=True)
 
 
-@FAST_PATH
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_module_out_is_a_self_overlapping_x(dtype):
     buf, x = self_overlapping(dtype)
@@ -96,7 +85,6 @@ def test_rope_module_out_is_a_self_overlapping_x(dtype):
     check(buf, orig, P)
 
 
-@FAST_PATH
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_apply_qk_inplace_on_self_overlapping_q_and_k(dtype):
     bq, q = self_overlapping(dtype, lead=(1, 8))
@@ -110,7 +98,6 @@ def test_apply_qk_inplace_on_self_overlapping_q_and_k(dtype):
     check(bk, ok, P)
 
 
-@FAST_PATH
 def test_issue_case_positions_arange():
     """The reported case: positions 0..4095 all written to one row of memory.
     NumPy semantics leave the rotation of the original row at one of them."""

@@ -78,25 +78,27 @@ def T(a):
     return torch.from_numpy(a)
 
 
-@pytest.fixture(autouse=True, params=["gufunc", "grid"])
-def rope_path(request, monkeypatch):
-    """Run every test through both C paths: NumPy's gufunc loop, and the
-    position-blocked (B, H, S, d) driver used for large arrays."""
-    import posemb._rope as r
-    monkeypatch.setattr(r, "_GRID_MIN_SIZE", 2**62 if request.param == "gufunc" else 0)
-    return request.param
-
-
-def test_grid_path_is_taken(rope_path, monkeypatch):
-    calls = []
-    real = posemb._native._rope_grid
-    monkeypatch.setattr(posemb._native, "_rope_grid", lambda *a: calls.append(1) or real(*a))
-    x = np.ones((2, 3, 5, 8), np.float32)
-    cos, sin = posemb.rope_cos_sin(np.arange(5), 8)
-    posemb.apply_rope(x, cos, sin)
-    posemb.RoPE(8, 5)(x, out=x)
-    posemb.apply_rope(x[0], cos, sin)
-    assert len(calls) == (3 if rope_path == "grid" else 0)
+def formula_bits(x, cos, sin, interleaved=False, backward=False):
+    """The kernels' formula in NumPy, in x's dtype (float32/float64): each
+    value is two exactly rounded products and one rounded sum or
+    difference, so these are the kernels' bits at every CPU level."""
+    lead = np.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1])
+    r = cos.shape[-1]
+    x = np.broadcast_to(x, lead + x.shape[-1:])
+    cos, sin = np.broadcast_to(cos, lead + (r,)), np.broadcast_to(sin, lead + (r,))
+    if interleaved:
+        a, b = np.arange(0, r, 2), np.arange(1, r, 2)
+    else:
+        a, b = np.arange(r // 2), np.arange(r // 2, r)
+    xa, xb = x[..., a], x[..., b]
+    y = x.copy()
+    if backward:
+        y[..., a] = xa * cos[..., a] + xb * sin[..., b]
+        y[..., b] = xb * cos[..., b] - xa * sin[..., a]
+    else:
+        y[..., a] = xa * cos[..., a] - xb * sin[..., a]
+        y[..., b] = xb * cos[..., b] + xa * sin[..., b]
+    return y
 
 
 @pytest.mark.parametrize("tshape", [(5, 16), (1, 5, 16), (2, 1, 5, 16), (1, 3, 5, 16),
@@ -420,11 +422,14 @@ def test_noncontiguous_broadcast_and_f_order(rng):
 
 
 def test_axes_keyword_via_ufunc(rng):
-    """The raw gufunc takes axes=: features on axis 0."""
-    x = rng.standard_normal((16, 5))
+    """The raw gufunc (h,s,d),(s,r),(s,r)->(h,s,d) takes axes=: features on
+    axis 0 of a (d, s, h) array."""
+    x = rng.standard_normal((16, 5, 3))
     cos, sin = posemb.rope_cos_sin(np.arange(5), 16, dtype=np.float64)
-    y = posemb._core.rope_half_fwd(x, cos, sin, axes=[(0,), (-1,), (-1,), (0,)])
-    np.testing.assert_array_equal(y, posemb.apply_rope(x.T, cos, sin).T)
+    y = posemb._core.rope_half_fwd(x, cos, sin, axes=[(2, 1, 0), (-2, -1), (-2, -1), (2, 1, 0)])
+    want = posemb.apply_rope(x.transpose(2, 1, 0), cos, sin).transpose(2, 1, 0)
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(want, formula_bits(x.transpose(2, 1, 0), cos, sin).transpose(2, 1, 0))
 
 
 def test_float16(rng):
@@ -628,17 +633,16 @@ def test_private_table_function_checks_arguments():
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("variant", ["dup", "random", "partial", "unaligned"])
 def test_large_blocked_paths_equal_gufunc(rng, dtype, backward, variant):
-    """Large arrays take the blocked driver, and with HF-style duplicated
-    tables the half-table kernels (streaming stores when out-of-place): all
-    must give the gufunc's bits."""
+    """Large arrays, and with HF-style duplicated tables the half-table
+    kernels (streaming stores when out-of-place): all give the formula's
+    bits."""
     x = rng.standard_normal((1, 8, 1024, 128)).astype(dtype)       # >= 4 MiB
     rot = 64 if variant == "partial" else 128
     cos, sin = posemb.rope_cos_sin(np.arange(1024), rot, dtype=dtype)
     if variant == "random":
         cos = rng.standard_normal(cos.shape).astype(dtype)
         sin = rng.standard_normal(sin.shape).astype(dtype)
-    uf = posemb._core.rope_half_back if backward else posemb._core.rope_half_fwd
-    want = uf(x, cos, sin)
+    want = formula_bits(x, cos, sin, backward=backward)
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     if variant == "unaligned":
         buf = np.empty(x.size + 1, dtype)
@@ -659,18 +663,18 @@ def _aligned_empty(shape, dtype, offset):
     return buf[start:start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
 
 
-@pytest.mark.parametrize("simd", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("case", ["dup", "mixed", "per_batch", "rot40", "rot36", "partial"])
 @pytest.mark.parametrize("offset", [0, 16, 4])
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset, interleaved):
-    """The grid driver's kernels at every vector level (portable C, SSE2,
-    AVX2; capped by the CPU), both layouts, in place, out of place with
-    plain stores (small) and streaming stores (>= 4 MiB, 32-, 16- or 4-byte
-    aligned out), and half-split blocks whose tables are not duplicated:
-    all the gufunc's bits, and nothing past the output is written."""
+def test_kernels_equal_formula(rng, dtype, backward, case, offset, interleaved):
+    """The kernels of the CPU level in use (.ci/cpu_levels.sh runs this at
+    every level: portable C, SSE2, AVX2, ...), both layouts, in place, out of
+    place with plain stores (small) and streaming stores (>= 4 MiB, 32-, 16-
+    or 4-byte aligned out), and half-split blocks whose tables are not
+    duplicated: all the formula's bits, and nothing past the output is
+    written."""
     if offset == 4 and dtype == np.float64:
         offset = 8
     seq = 2048 if dtype == np.float32 else 1024              # x: 8 MiB
@@ -683,10 +687,8 @@ def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset,
     if case == "mixed":                # a few rows (so some blocks) not duplicated
         cos[..., 700, 0] += 0.25
         sin[..., 1500 % seq, rot - 1] -= 0.25
-    kind = 2 * interleaved + backward
-    uf = [posemb._core.rope_half_fwd, posemb._core.rope_half_back,
-          posemb._core.rope_inter_fwd, posemb._core.rope_inter_back][kind]
-    want = uf(x, cos, sin)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    want = formula_bits(x, cos, sin, interleaved, backward)
     for shape in (x.shape, (batch, 1, 64, 128)):             # streaming, and small
         xs = np.ascontiguousarray(x[:, :shape[1], :shape[2]])
         w = want[:, :shape[1], :shape[2]]
@@ -694,10 +696,10 @@ def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset,
         big = _aligned_empty((xs.size + 16,), dtype, offset)
         big[:] = 7.0
         out = big[:xs.size].reshape(xs.shape)
-        posemb._core._rope_grid(kind, xs, cs, ss, out, simd)
+        fn(xs, cs, ss, interleaved=interleaved, out=out)
         np.testing.assert_array_equal(out, w)
         np.testing.assert_array_equal(big[xs.size:], 7.0)
         xi = _aligned_empty(xs.shape, dtype, offset)
         xi[...] = xs
-        posemb._core._rope_grid(kind, xi, cs, ss, xi, simd)
+        fn(xi, cs, ss, interleaved=interleaved, out=xi)
         np.testing.assert_array_equal(xi, w)

@@ -199,3 +199,30 @@ def test_torch_apply_rope_seq_axis(rng):
     np.testing.assert_array_equal(y.detach().numpy(), want)
     y.backward(y.detach())                   # the gradient rotates y back to x
     np.testing.assert_allclose(x.grad.numpy(), x.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_decode_fast_path_equals_the_long_road(rng, dtype, interleaved):
+    # apply_rope and RoPE(x, offset=) hand plain operands straight to the
+    # gufunc; the long road (checks, views) must give the same bits
+    from posemb._rope import _apply_rope_any
+
+    q = rng.standard_normal((2, 8, 1, 64)).astype(dtype)
+    rope = posemb.RoPE(64, 128, interleaved=interleaved, dtype=dtype)
+    cos, sin = rope.cos_sin(offset=100, seq_len=1)
+    fast = posemb.apply_rope(q, cos, sin, interleaved=interleaved)
+    slow = _apply_rope_any(q, cos, sin, interleaved=interleaved)
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(rope(q, offset=100), fast)
+    np.testing.assert_array_equal(rope(q, offset=100), rope._call_any(q, offset=100))
+    want = oracle(q.astype(np.float64), np.array([100]), 64, interleaved=interleaved)
+    tol = {np.float16: 5e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(fast, want, rtol=tol, atol=tol)
+    # operands the fast path must not take still get the long road's answer or error
+    with pytest.raises(TypeError, match="interleaved"):
+        posemb.apply_rope(q, cos, sin, interleaved="yes")
+    with pytest.raises(TypeError, match="x must be a float"):
+        posemb.apply_rope(q.astype(np.int32), cos, sin)
+    with pytest.raises(ValueError, match="must broadcast"):
+        posemb.apply_rope(q, np.concatenate([cos, cos]), np.concatenate([sin, sin, sin]))

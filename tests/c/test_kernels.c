@@ -295,41 +295,52 @@ static void test_rope(void)
         }
 }
 
-/* one part [begin, end) of the vectors of the pe_rope_loop ctx */
-static void rope_part(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+/* RoPE through the grid driver (pe_rope_apply: position blocks on the
+ * pool, the kernels of each CPU level this machine runs) equals one call of
+ * the portable kernel, in and out of place, both layouts and directions */
+static void test_rope_apply_levels(void)
 {
-    pe_rope_loop part = *(const pe_rope_loop *)ctx;
-    part.n = end - begin;
-    part.x += begin * part.x_step;
-    part.cos += begin * part.cos_step;
-    part.sin += begin * part.sin_step;
-    part.y += begin * part.y_step;
-    pe_rope_half_fwd_f32(&part);
-}
-
-/* RoPE split over the thread pool (pe_parallel_for) equals one call */
-static void test_rope_parallel(void)
-{
-    const ptrdiff_t n = 4096, d = 64;
-    float *x = xmalloc((size_t)(n * d) * sizeof(float));
-    float *c = xmalloc((size_t)d * sizeof(float)), *s = xmalloc((size_t)d * sizeof(float));
-    float *y1 = xmalloc((size_t)(n * d) * sizeof(float));
-    float *y2 = xmalloc((size_t)(n * d) * sizeof(float));
-    for (ptrdiff_t m = 0; m < n * d; m++)
+    const ptrdiff_t H = 4, S = 1024, d = 64;
+    const ptrdiff_t n = H * S * d;
+    float *x = xmalloc((size_t)n * sizeof(float)), *xi = xmalloc((size_t)n * sizeof(float));
+    float *c = xmalloc((size_t)(S * d) * sizeof(float)), *s = xmalloc((size_t)(S * d) * sizeof(float));
+    float *y1 = xmalloc((size_t)n * sizeof(float)), *y2 = xmalloc((size_t)n * sizeof(float));
+    int ok = 1;
+    for (ptrdiff_t m = 0; m < n; m++)
         x[m] = (float)urand();
-    for (ptrdiff_t j = 0; j < d; j++) {
-        c[j] = (float)cos(0.1 * (double)(j % (d / 2)));
-        s[j] = (float)sin(0.1 * (double)(j % (d / 2)));
-    }
-    pe_rope_loop L = {n, d, d, (const char *)x, (const char *)c, (const char *)s,
-                      (char *)y1, d * 4, 0, 0, d * 4, 4, 4, 4, 4};
-    pe_rope_half_fwd_f32(&L);
-    L.y = (char *)y2;
+    for (ptrdiff_t p = 0; p < S; p++)
+        for (ptrdiff_t j = 0; j < d; j++) {   /* duplicated halves, as HF's tables */
+            c[p * d + j] = (float)cos(0.01 * (double)(p * (j % (d / 2) + 1)));
+            s[p * d + j] = (float)sin(0.01 * (double)(p * (j % (d / 2) + 1)));
+        }
     pe_set_num_threads(4);
-    pe_parallel_for(n, 64, rope_part, &L);
-    report(memcmp(y1, y2, (size_t)(n * d) * sizeof(float)) == 0,
-           "rope on 4 pool threads == one call", 0, 0);
+    for (int level = 0; level <= pe_cpu_supported(); level++) {
+        pe_cpu_select(level);
+        for (int kind = 0; kind < 4; kind++) {
+            pe_rope_loop L2 = {S, d, d, (const char *)x, (const char *)c, (const char *)s,
+                               (char *)y1, d * 4, d * 4, d * 4, d * 4, 4, 4, 4, 4};
+            pe_rope_grid g = {1, H, S, d, d, (const char *)x, (const char *)c,
+                              (const char *)s, (char *)y2, 0, S * d * 4, d * 4, 0,
+                              S * d * 4, d * 4, 0, d * 4, 0, d * 4, 4, 4, 4, 4, NULL};
+            for (ptrdiff_t h = 0; h < H; h++) {     /* the reference: head by head */
+                L2.x = (const char *)(x + h * S * d);
+                L2.y = (char *)(y1 + h * S * d);
+                (kind == 0 ? pe_rope_half_fwd_f32 : kind == 1 ? pe_rope_half_back_f32
+                 : kind == 2 ? pe_rope_inter_fwd_f32 : pe_rope_inter_back_f32)(&L2);
+            }
+            pe_rope_apply(&g, kind, 1);
+            ok &= memcmp(y1, y2, (size_t)n * sizeof(float)) == 0;
+            memcpy(xi, x, (size_t)n * sizeof(float));
+            g.x = (const char *)xi;
+            g.y = (char *)xi;
+            pe_rope_apply(&g, kind, 1);                 /* in place */
+            ok &= memcmp(y1, xi, (size_t)n * sizeof(float)) == 0;
+        }
+    }
+    pe_cpu_select(-1);
+    report(ok, "rope grid driver at every CPU level == kernel", 0, 0);
     free(x);
+    free(xi);
     free(c);
     free(s);
     free(y1);
@@ -485,31 +496,6 @@ static void test_half(void)
     report(rounding_ok, "float -> half ties to even, every midpoint", 0, 0);
 }
 
-/*
- * The CPU dispatch of a runtime that has one (pe_cpu_select and friends):
- * weak references, NULL where the runtime has none (the kernels then pick
- * their own code paths).  Windows (PE/COFF) has no weak references; the
- * driver is only linked there, not run.
- */
-#if defined(__GNUC__) && defined(__ELF__)
-#define PE_WEAK __attribute__((weak))
-int pe_cpu_select(int level) PE_WEAK;
-int pe_cpu_supported(void) PE_WEAK;
-const char *pe_cpu_name(int level) PE_WEAK;
-#else
-#define pe_cpu_select ((int (*)(int))NULL)
-#define pe_cpu_supported ((int (*)(void))NULL)
-#define pe_cpu_name ((const char *(*)(int))NULL)
-#endif
-
-static void run_kernel_tests(void)
-{
-    test_rope();
-    test_rope_parallel();
-    test_rope_table();
-    test_sinusoidal_table();
-}
-
 int main(void)
 {
 #if defined(__aarch64__)
@@ -523,18 +509,10 @@ int main(void)
 #else
     printf("posemb C kernel tests\n");
 #endif
-    if (pe_cpu_select != NULL && pe_cpu_supported != NULL) {
-        /* a runtime with one CPU dispatch (pe_cpu_select fills the kernel
-         * tables): every level this CPU runs, baseline first */
-        for (int level = 0; level <= pe_cpu_supported(); level++) {
-            const int got = pe_cpu_select(level);
-            printf("-- CPU level %d (%s)\n", got,
-                   pe_cpu_name != NULL ? pe_cpu_name(got) : "?");
-            run_kernel_tests();
-        }
-    } else {
-        run_kernel_tests();
-    }
+    test_rope();
+    test_rope_apply_levels();
+    test_rope_table();
+    test_sinusoidal_table();
     test_half();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

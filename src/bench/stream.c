@@ -1,6 +1,9 @@
 /*
- * stream.c - the memory-bandwidth "limit" that the benchmarks compare to:
- * the most trivial pass over the same bytes, on the same thread pool.
+ * stream.c - posemb._stream, an extension for the benchmarks only (not part
+ * of posemb._core): the memory-bandwidth "limit" that `python -m posemb
+ * bench` compares each kernel to, the most trivial pass over the same bytes
+ * on the same thread pool code (its own instance: the caller passes the
+ * thread count).
  *
  *   pe_stream_scale_f32: x[i] *= a          (read + write in place)
  *   pe_stream_copy:      y[i]  = x[i]       (read + write elsewhere)
@@ -9,34 +12,14 @@
  *
  * Contiguous buffers; parts of at least PE_PARALLEL_MIN_BYTES per thread.
  */
-#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
-#define _DEFAULT_SOURCE 1   /* mincore */
-#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <string.h>
 
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#include <numpy/arrayobject.h>
+
 #include "posemb.h"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-
-int pe_memory_resident(const void *p)
-{
-    const long page = sysconf(_SC_PAGESIZE);
-    unsigned char v = 0;
-    if (page <= 0)
-        return 1;
-    if (mincore((void *)((uintptr_t)p & ~((uintptr_t)page - 1u)), 1, &v) != 0)
-        return 1;
-    return v & 1u;
-}
-#else
-int pe_memory_resident(const void *p)
-{
-    (void)p;
-    return 1;
-}
-#endif
 
 typedef struct { float *x; const char *src; char *dst; float a; } stream_job;
 
@@ -67,7 +50,7 @@ static void copy_task(void *ctx, ptrdiff_t b, ptrdiff_t e)
 /* The read pass sums with explicit vectors where it can: CPython's build
  * flags include -fwrapv, which keeps GCC from vectorizing the C loop, and a
  * slow "limit" would flatter every kernel compared with it. */
-#if defined(__SSE2__)
+#if defined(PE_X86_SIMD)
 #include <emmintrin.h>
 static void read_task(void *ctx, ptrdiff_t b, ptrdiff_t e)
 {
@@ -134,4 +117,75 @@ void pe_stream_copy(ptrdiff_t nbytes, const void *src, void *dst)
 {
     stream_job j = {NULL, (const char *)src, (char *)dst, 0.0f};
     pe_parallel_for(nbytes, PE_PARALLEL_MIN_BYTES / 2, copy_task, &j);
+}
+
+/* stream(kind, threads, a, b=None): "scale": a *= 1 in place; "fill":
+ * a[:] = 0; "copy": b[:] = a; "read": sum a.  a, b: C-contiguous, aligned
+ * float32 arrays (a writeable for scale/fill, b writeable, same size). */
+static PyObject *
+py_stream(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    const char *kind;
+    PyArrayObject *a, *b = NULL;
+    int threads;
+    if (!PyArg_ParseTuple(args, "siO!|O!:stream", &kind, &threads, &PyArray_Type, &a,
+                          &PyArray_Type, &b))
+        return NULL;
+    if (PyArray_TYPE(a) != NPY_FLOAT || !PyArray_IS_C_CONTIGUOUS(a) ||
+        !PyArray_ISALIGNED(a) || (b != NULL && (PyArray_TYPE(b) != NPY_FLOAT ||
+        !PyArray_IS_C_CONTIGUOUS(b) || !PyArray_ISALIGNED(b) || !PyArray_ISWRITEABLE(b) ||
+        PyArray_NBYTES(b) != PyArray_NBYTES(a)))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a (and b) must be C-contiguous aligned float32 arrays of one size");
+        return NULL;
+    }
+    pe_set_num_threads(threads);
+    if (strcmp(kind, "copy") == 0 && b != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        pe_stream_copy(PyArray_NBYTES(a), PyArray_DATA(a), PyArray_DATA(b));
+        Py_END_ALLOW_THREADS
+    } else if (strcmp(kind, "read") == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pe_stream_read_f32(PyArray_SIZE(a), (const float *)PyArray_DATA(a));
+        Py_END_ALLOW_THREADS
+    } else if ((strcmp(kind, "scale") == 0 || strcmp(kind, "fill") == 0) &&
+               PyArray_ISWRITEABLE(a)) {
+        const int fill = kind[0] == 'f';
+        Py_BEGIN_ALLOW_THREADS
+        if (fill)
+            pe_stream_fill_f32(PyArray_SIZE(a), (float *)PyArray_DATA(a), 0.0f);
+        else
+            pe_stream_scale_f32(PyArray_SIZE(a), (float *)PyArray_DATA(a), 1.0f);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyErr_SetString(PyExc_ValueError, "kind must be 'scale' or 'fill' (a writeable), "
+                                          "'copy' (with b) or 'read'");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef stream_methods[] = {
+    {"stream", py_stream, METH_VARARGS,
+     "stream(kind, threads, a, b=None): the benchmarks' bandwidth limit "
+     "('scale', 'fill', 'copy', 'read')."},
+    {NULL, NULL, 0, NULL}};
+
+static int
+stream_exec(PyObject *Py_UNUSED(m))
+{
+    return PyArray_ImportNumPyAPI();
+}
+
+static PyModuleDef_Slot stream_slots[] = {{Py_mod_exec, (void *)stream_exec}, {0, NULL}};
+
+static struct PyModuleDef stream_module = {
+    PyModuleDef_HEAD_INIT, "posemb._stream",
+    "Benchmark-only streaming passes (see posemb._bench).", 0, stream_methods,
+    stream_slots, NULL, NULL, NULL};
+
+PyMODINIT_FUNC
+PyInit__stream(void)
+{
+    return PyModuleDef_Init(&stream_module);
 }

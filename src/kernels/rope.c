@@ -2,8 +2,9 @@
  * rope.c - rotary position embeddings: apply (forward and adjoint),
  * rotate_half, and the cos/sin tables.
  *
- * Every apply kernel is one generalized-ufunc inner loop, signature
- * (d),(r),(r)->(d): see pe_rope_loop in posemb.h.  The one line of maths,
+ * Every apply kernel runs n vectors (pe_rope_loop in posemb.h); the driver
+ * pe_rope_apply, the gufunc (h,s,d),(s,r),(s,r)->(h,s,d)'s loop, hands it
+ * blocks of positions x heads on the pool.  The one line of maths,
  * for a pair (a, b) of features -- (i, i + r/2) in the half-split layout,
  * (2i, 2i + 1) in the interleaved one:
  *
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "posemb.h"
+#include "rope_neon.h"
 
 #define IDX_A_half(i, h) (i)
 #define IDX_B_half(i, h) ((i) + (h))
@@ -98,10 +100,8 @@ PE_INLINE void rope_##LAYOUT##_##DIR##_##T##_inplace(                           
         for (ptrdiff_t i = 2 * h; i < L->d; i++)                              \
             memcpy(y + i * L->y_inner, x + i * L->x_inner, sizeof(T));
 
-#define DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF)                                 \
-DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                            \
-PE_SIMD_CLONES                                                                \
-void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
+#define DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF, NAME, ATTR)                     \
+ATTR void NAME(const pe_rope_loop *L)                                         \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
     const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
@@ -140,14 +140,32 @@ void pe_rope_##LAYOUT##_##DIR##_f16(const pe_rope_loop *L)                    \
     }                                                                         \
 }
 
-DEFINE_ROPE_FAST(half, fwd, float, f32)
-DEFINE_ROPE_FAST(half, fwd, double, f64)
-DEFINE_ROPE_FAST(half, back, float, f32)
-DEFINE_ROPE_FAST(half, back, double, f64)
-DEFINE_ROPE_FAST(inter, fwd, float, f32)
-DEFINE_ROPE_FAST(inter, fwd, double, f64)
-DEFINE_ROPE_FAST(inter, back, float, f32)
-DEFINE_ROPE_FAST(inter, back, double, f64)
+/*
+ * Each float32/float64 kernel twice: portable C (the public name), and on
+ * x86-64 the same C compiled for AVX2 (which GCC vectorizes 256 bits wide;
+ * "avx2" implies no FMA, so the bits are the same), picked by the dispatch.
+ */
+#if defined(PE_X86_SIMD)
+#define PE_AVX2 __attribute__((target("avx2")))
+#define DEFINE_ROPE_FAST_BOTH(LAYOUT, DIR, T, SUF)                            \
+    DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                        \
+    DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF, pe_rope_##LAYOUT##_##DIR##_##SUF, ) \
+    DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF, rope_##LAYOUT##_##DIR##_##SUF##_avx2, \
+                     static PE_AVX2)
+#else
+#define DEFINE_ROPE_FAST_BOTH(LAYOUT, DIR, T, SUF)                            \
+    DEFINE_ROPE_CONTIG(LAYOUT, DIR, T)                                        \
+    DEFINE_ROPE_FAST(LAYOUT, DIR, T, SUF, pe_rope_##LAYOUT##_##DIR##_##SUF, )
+#endif
+
+DEFINE_ROPE_FAST_BOTH(half, fwd, float, f32)
+DEFINE_ROPE_FAST_BOTH(half, fwd, double, f64)
+DEFINE_ROPE_FAST_BOTH(half, back, float, f32)
+DEFINE_ROPE_FAST_BOTH(half, back, double, f64)
+DEFINE_ROPE_FAST_BOTH(inter, fwd, float, f32)
+DEFINE_ROPE_FAST_BOTH(inter, fwd, double, f64)
+DEFINE_ROPE_FAST_BOTH(inter, back, float, f32)
+DEFINE_ROPE_FAST_BOTH(inter, back, double, f64)
 DEFINE_ROPE_HALFPREC(half, fwd)
 DEFINE_ROPE_HALFPREC(half, back)
 DEFINE_ROPE_HALFPREC(inter, fwd)
@@ -157,21 +175,14 @@ DEFINE_ROPE_HALFPREC(inter, back)
  * Half-split kernels for duplicated tables (cos[i + h] == cos[i] and
  * sin[i + h] == sin[i] for every row, as every HF-convention table has):
  * the same formula with cb = ca and sb = sa, so the same bits as the
- * full-width kernel, with 4 loads per pair instead of 6.  The caller
- * checks the duplication (pe_rope_tables_duplicated); non-contiguous
- * vectors take the full-width kernel.
+ * full-width kernel, with 4 loads per pair instead of 6.  The driver
+ * checks the duplication (rows_duplicated) and that vectors and tables
+ * are contiguous.
  */
-#define DEFINE_ROPE_DUP(DIR, T, SUF)                                          \
-PE_SIMD_CLONES                                                                \
-void pe_rope_dup_##DIR##_##SUF(const pe_rope_loop *L)                         \
+#define DEFINE_ROPE_DUP(DIR, T, SUF, NAME, ATTR)                              \
+ATTR void NAME(const pe_rope_loop *L)                                         \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
-    if (L->x_inner != z || L->y_inner != z || L->cos_inner != z ||            \
-        L->sin_inner != z) {                                                  \
-        pe_rope_half_##DIR##_##SUF(L);                                        \
-        return;                                                               \
-    }                                                                         \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         const T *restrict c = (const T *)(const void *)(L->cos + k * L->cos_step); \
         const T *restrict s = (const T *)(const void *)(L->sin + k * L->sin_step); \
@@ -200,10 +211,19 @@ void pe_rope_dup_##DIR##_##SUF(const pe_rope_loop *L)                         \
     }                                                                         \
 }
 
-DEFINE_ROPE_DUP(fwd, float, f32)
-DEFINE_ROPE_DUP(fwd, double, f64)
-DEFINE_ROPE_DUP(back, float, f32)
-DEFINE_ROPE_DUP(back, double, f64)
+#if defined(PE_X86_SIMD)
+#define DEFINE_ROPE_DUP_BOTH(DIR, T, SUF)                                     \
+    DEFINE_ROPE_DUP(DIR, T, SUF, rope_dup_##DIR##_##SUF, static)              \
+    DEFINE_ROPE_DUP(DIR, T, SUF, rope_dup_##DIR##_##SUF##_avx2, static PE_AVX2)
+#else
+#define DEFINE_ROPE_DUP_BOTH(DIR, T, SUF)                                     \
+    DEFINE_ROPE_DUP(DIR, T, SUF, rope_dup_##DIR##_##SUF, static)
+#endif
+
+DEFINE_ROPE_DUP_BOTH(fwd, float, f32)
+DEFINE_ROPE_DUP_BOTH(fwd, double, f64)
+DEFINE_ROPE_DUP_BOTH(back, float, f32)
+DEFINE_ROPE_DUP_BOTH(back, double, f64)
 
 /*
  * x86-64 kernels for duplicated tables, with explicit SSE2 (baseline) or
@@ -222,12 +242,11 @@ DEFINE_ROPE_DUP(back, double, f64)
  *          16-byte aligned; the AVX2 form peels 16 bytes to reach 32.
  *
  * Every kernel needs contiguous vectors and tables and h a multiple of the
- * 16-byte vector width (pe_rope_grid_fast checks); features past 2h are
+ * 16-byte vector width (pe_rope_apply checks); features past 2h are
  * copied.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(POSEMB_NO_CLONES)
+#if defined(PE_X86_SIMD)
 #include <immintrin.h>
-#define PE_ROPE_X86 1
 
 #define VF_(P, OP, S) P##_##OP##_##S
 #define VF(P, OP, S) VF_(P, OP, S)  /* VF(_mm256, mul, ps): _mm256_mul_ps */
@@ -494,36 +513,14 @@ DEFINE_ROPE_TABLE(float, f32)
 DEFINE_ROPE_TABLE(double, f64)
 
 /* ------------------------------------------------------------------ */
-/* Drivers: the thread pool, and position-blocked grids                 */
+/* The driver: position-blocked grids on the thread pool               */
 /* ------------------------------------------------------------------ */
-
-typedef struct { pe_rope_fn fn; const pe_rope_loop *L; } rope_range_job;
-
-static void rope_range_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
-{
-    const rope_range_job *job = (const rope_range_job *)ctx;
-    pe_rope_loop sub = *job->L;
-    sub.n = end - begin;
-    sub.x += begin * sub.x_step;
-    sub.cos += begin * sub.cos_step;
-    sub.sin += begin * sub.sin_step;
-    sub.y += begin * sub.y_step;
-    job->fn(&sub);
-}
 
 /* bytes one vector touches: x and y, and its table rows */
 static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 {
     const ptrdiff_t b = (2 * d + 2 * r) * itemsize;
     return b > 0 ? b : 1;
-}
-
-void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize)
-{
-    rope_range_job job = {fn, L};
-    const ptrdiff_t grain =
-        PE_PARALLEL_MIN_BYTES / rope_vector_bytes(L->d, L->r, itemsize) + 1;
-    pe_parallel_for(L->n, grain, rope_range_task, &job);
 }
 
 typedef struct {
@@ -598,13 +595,13 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 }
 
 /* table_bytes: the cos and sin rows of one block, about */
-static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
+static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
 {
     const pe_rope_grid *g = job->g;
     const ptrdiff_t row_bytes = 2 * (g->r > 0 ? g->r : 1) * job->itemsize;
     ptrdiff_t rows = table_bytes / row_bytes, block_bytes;
     if (g->B <= 0 || g->H <= 0 || g->S <= 0)
-        return;
+        return 0;
     if (rows < 1)
         rows = 1;
     if (rows > g->S)
@@ -612,79 +609,144 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     job->rows = rows;
     job->blocks = (g->S + rows - 1) / rows;
     block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, job->itemsize);
-    pe_parallel_for(g->B * job->blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
-                    rope_grid_task, job);
-}
-
-void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
-{
-    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0};
-    grid_run(&job, (ptrdiff_t)16 << 10);   /* a block's table rows: L1 */
+    return pe_parallel_for_stoppable(g->B * job->blocks,
+                                     PE_PARALLEL_MIN_BYTES / block_bytes + 1,
+                                     block_bytes, rope_grid_task, job, g->stop);
 }
 
 /* is p a multiple of a (a power of two)? */
 #define ALIGNED(p, a) ((((uintptr_t)(p)) & ((uintptr_t)(a) - 1u)) == 0)
 
-int pe_rope_simd_level(void)
-{
-#if defined(PE_ROPE_X86)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") ? 2 : 1;
-#else
-    return 0;
-#endif
-}
+/*
+ * The kernels of the dispatched CPU level (pe_rope_dispatch, called once
+ * at import): full[kind][type] for any vectors, dup[back][type] for
+ * duplicated half-split tables (NULL for float16), and the explicit SIMD
+ * kernels one[interleaved][back][f64][32-byte runs] and nt[..][..][..]
+ * (NULL below SSE2).
+ */
+static struct {
+    pe_rope_fn full[4][3];
+    pe_rope_fn dup[2][3];
+    pe_rope_fn one[2][2][2][2];   /* [..][runs of 32 bytes] */
+    pe_rope_fn nt[2][2][2];
+} rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
+    {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
+     {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64},
+     {pe_rope_inter_fwd_f16, pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
+     {pe_rope_inter_back_f16, pe_rope_inter_back_f32, pe_rope_inter_back_f64}},
+    {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64}, {NULL, rope_dup_back_f32, rope_dup_back_f64}},
+    {{{{NULL}}}}, {{{NULL}}}};
 
-void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd)
+const char *pe_rope_dispatch(int level)
 {
-    static const pe_rope_fn full[4][2] = {
-        {pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
-        {pe_rope_half_back_f32, pe_rope_half_back_f64},
-        {pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
-        {pe_rope_inter_back_f32, pe_rope_inter_back_f64}};
-    static const pe_rope_fn dup[2][2] = {
-        {pe_rope_dup_fwd_f32, pe_rope_dup_fwd_f64},
-        {pe_rope_dup_back_f32, pe_rope_dup_back_f64}};
-    const int f64 = itemsize == 8, inter = kind >= 2, back = kind & 1;
-    const ptrdiff_t h = g->r / 2;
-    /* half-split: table rows checked block by block for duplicated halves */
-    rope_grid_job job = {full[kind][f64], inter ? NULL : dup[back][f64], g, itemsize,
-                         2048, 0, 0};
-    ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;
-    const int tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
-    if (!tables_ok)
-        job.dup = NULL;   /* (the dup kernels would take the full path) */
-#if defined(PE_ROPE_X86)
-    if (simd > pe_rope_simd_level())
-        simd = pe_rope_simd_level();
-    /* vectors run within a half (half-split) or across all pairs */
-    const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
-    if (tables_ok && simd > 0 && g->x_inner == itemsize && g->y_inner == itemsize &&
-        run_bytes % 16 == 0) {
-        const int in_place = g->y == g->x && g->y_b == g->x_b &&
-                             g->y_h == g->x_h && g->y_s == g->x_s;
-        const int avx2 = simd >= 2 && run_bytes % 32 == 0;
-        const int streaming =
-            !in_place && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
-            ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
-            ALIGNED(g->y_s, 16) &&
-            pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
-                               g->S / 2 * g->y_s);
-        pe_rope_fn fast;
-        if (streaming) {
-            fast = rope_nt_x86[inter][back][f64][simd >= 2];
-            job.prefetch = 0;                      /* (measured: no gain) */
-            table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
-        } else {
-            fast = rope_one_x86[inter][back][f64][avx2];
-        }
-        if (inter)
-            job.fn = fast;
-        else
-            job.dup = fast;
+    static const pe_rope_fn full_c[4][3] = {
+        {pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64},
+        {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64},
+        {pe_rope_inter_fwd_f16, pe_rope_inter_fwd_f32, pe_rope_inter_fwd_f64},
+        {pe_rope_inter_back_f16, pe_rope_inter_back_f32, pe_rope_inter_back_f64}};
+    static const pe_rope_fn dup_c[2][3] = {
+        {NULL, rope_dup_fwd_f32, rope_dup_fwd_f64},
+        {NULL, rope_dup_back_f32, rope_dup_back_f64}};
+    memcpy(rope_table.full, full_c, sizeof full_c);
+    memcpy(rope_table.dup, dup_c, sizeof dup_c);
+#if defined(PE_HAVE_NEON_ROPE)
+    /* AArch64: NEON is in every CPU (ARMv8-A), float32 only */
+    rope_table.full[0][1] = pe_rope_half_fwd_f32_neon;
+    rope_table.full[1][1] = pe_rope_half_back_f32_neon;
+    rope_table.full[2][1] = pe_rope_inter_fwd_f32_neon;
+    rope_table.full[3][1] = pe_rope_inter_back_f32_neon;
+    (void)level;
+    return "neon";
+#endif
+    memset(rope_table.one, 0, sizeof rope_table.one);
+    memset(rope_table.nt, 0, sizeof rope_table.nt);
+#if defined(PE_X86_SIMD)
+    if (level >= PE_CPU_AVX2) {
+        static const pe_rope_fn full_avx2[4][3] = {
+            {pe_rope_half_fwd_f16, rope_half_fwd_f32_avx2, rope_half_fwd_f64_avx2},
+            {pe_rope_half_back_f16, rope_half_back_f32_avx2, rope_half_back_f64_avx2},
+            {pe_rope_inter_fwd_f16, rope_inter_fwd_f32_avx2, rope_inter_fwd_f64_avx2},
+            {pe_rope_inter_back_f16, rope_inter_back_f32_avx2, rope_inter_back_f64_avx2}};
+        static const pe_rope_fn dup_avx2[2][3] = {
+            {NULL, rope_dup_fwd_f32_avx2, rope_dup_fwd_f64_avx2},
+            {NULL, rope_dup_back_f32_avx2, rope_dup_back_f64_avx2}};
+        memcpy(rope_table.full, full_avx2, sizeof full_avx2);
+        memcpy(rope_table.dup, dup_avx2, sizeof dup_avx2);
+    }
+    if (level >= PE_CPU_SSE2) {
+        const int avx2 = level >= PE_CPU_AVX2;
+        for (int i = 0; i < 2; i++)
+            for (int b = 0; b < 2; b++)
+                for (int f = 0; f < 2; f++) {
+                    rope_table.one[i][b][f][0] = rope_one_x86[i][b][f][0];
+                    rope_table.one[i][b][f][1] = rope_one_x86[i][b][f][avx2];
+                    rope_table.nt[i][b][f] = rope_nt_x86[i][b][f][avx2];
+                }
+        return avx2 ? "avx2" : "sse2";
     }
 #else
-    (void)simd;
+    (void)level;
 #endif
-    grid_run(&job, table_bytes);
+    return "baseline";
+}
+
+pe_rope_fn pe_rope_kernel(int kind, int type)
+{
+    return rope_table.full[kind][type];
+}
+
+int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
+{
+    static const ptrdiff_t itemsizes[3] = {2, 4, 8};
+    const ptrdiff_t itemsize = itemsizes[type];
+    const int inter = kind >= 2, back = kind & 1;
+    pe_rope_grid gv = *grid;
+    const pe_rope_grid *g = &gv;
+    const ptrdiff_t h = g->r / 2;
+    rope_grid_job job = {rope_table.full[kind][type],
+                         inter ? NULL : rope_table.dup[back][type], g,
+                         itemsize, 2048, 0, 0};
+    ptrdiff_t table_bytes = (ptrdiff_t)16 << 10;   /* a block's table rows: L1 */
+    int tables_ok;
+    /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
+     * in-place test below sees x and y alike */
+    if (gv.B == 1)
+        gv.x_b = gv.y_b = gv.cos_b = gv.sin_b = 0;
+    if (gv.H == 1)
+        gv.x_h = gv.y_h = 0;
+    if (gv.S == 1)
+        gv.x_s = gv.y_s = gv.cos_s = gv.sin_s = 0;
+    tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
+    if (!tables_ok || g->x_inner != itemsize || g->y_inner != itemsize)
+        job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
+    {
+        const int f64 = type == 2;
+        /* vectors run within a half (half-split) or across all pairs */
+        const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
+        if (tables_ok && type > 0 && rope_table.nt[inter][back][f64] != NULL &&
+            g->x_inner == itemsize && g->y_inner == itemsize && run_bytes % 16 == 0) {
+            const int in_place = g->y == g->x && g->y_b == g->x_b &&
+                                 g->y_h == g->x_h && g->y_s == g->x_s;
+            const int streaming =
+                !in_place &&
+                g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
+                ALIGNED(g->y, 16) && ALIGNED(g->y_b, 16) && ALIGNED(g->y_h, 16) &&
+                ALIGNED(g->y_s, 16) &&
+                pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
+                                   g->S / 2 * g->y_s);
+            pe_rope_fn fast;
+            if (streaming) {
+                fast = rope_table.nt[inter][back][f64];
+                job.prefetch = 0;                      /* (measured: no gain) */
+                table_bytes = (ptrdiff_t)128 << 10;   /* longer runs per head */
+            } else {
+                fast = rope_table.one[inter][back][f64][run_bytes % 32 == 0];
+            }
+            if (inter)
+                job.fn = fast;
+            else
+                job.dup = fast;
+        }
+    }
+    return grid_run(&job, table_bytes);
 }

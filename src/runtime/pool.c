@@ -14,6 +14,9 @@
  * Workers sleep on a condition variable between jobs and never touch Python.
  * Without POSIX threads (e.g. MSVC) everything runs serially.
  */
+#if !defined(_POSIX_C_SOURCE) && !defined(_WIN32)
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime */
+#endif
 #include "posemb.h"
 
 #if defined(_WIN32) || defined(POSEMB_NO_THREADS)
@@ -224,3 +227,69 @@ void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
 }
 
 #endif
+
+/* ------------------------------------------------------------------ */
+/* Stoppable jobs: chunks, with a check between them                    */
+/* ------------------------------------------------------------------ */
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <time.h>
+static double now_seconds(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+#else
+#include <time.h>
+static double now_seconds(void) { return (double)clock() / CLOCKS_PER_SEC; }
+#endif
+
+/* seconds of work between two calls of stop() */
+#define PE_STOP_INTERVAL 0.1
+
+typedef struct {
+    pe_task_fn fn;
+    void *ctx;
+    ptrdiff_t base;
+} offset_job;
+
+static void offset_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const offset_job *j = (const offset_job *)ctx;
+    j->fn(j->ctx, j->base + begin, j->base + end);
+}
+
+int pe_parallel_for_stoppable(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t item_bytes,
+                              pe_task_fn fn, void *ctx, pe_stop_fn stop)
+{
+    ptrdiff_t chunk;
+    double last;
+    offset_job j = {fn, ctx, 0};
+    if (item_bytes < 1)
+        item_bytes = 1;
+    chunk = PE_STOP_CHECK_BYTES / item_bytes;
+    if (chunk < grain)
+        chunk = grain;
+    if (chunk < 1)
+        chunk = 1;
+    if (stop == NULL || n <= chunk) {
+        pe_parallel_for(n, grain, fn, ctx);
+        return 0;
+    }
+    last = now_seconds();
+    for (j.base = 0; j.base < n; j.base += chunk) {
+        const ptrdiff_t m = n - j.base < chunk ? n - j.base : chunk;
+        pe_parallel_for(m, grain, offset_task, &j);
+        if (j.base + m < n) {
+            const double t = now_seconds();
+            if (t - last >= PE_STOP_INTERVAL || t < last) {
+                if (stop())
+                    return 1;
+                last = now_seconds();
+            }
+        }
+    }
+    return 0;
+}

@@ -135,7 +135,7 @@ void pe_learned_fwd_f16(const pe_learned_loop *L)
  * not 16-byte aligned, rows not a multiple of 16 bytes - takes the plain
  * kernel.
  */
-#if defined(__SSE2__)
+#if defined(PE_X86_SIMD)
 #include <emmintrin.h>
 
 #define DEFINE_LEARNED_FWDNT(T, SUF, V, W, PS)                                \
@@ -155,7 +155,7 @@ static void learned_fwd_row_nt_##SUF(ptrdiff_t d, const T *x, const T *w,     \
         _mm_stream_##PS(y + j, _mm_add_##PS(_mm_loadu_##PS(x + j),            \
                                             _mm_loadu_##PS(w + j)));          \
 }                                                                             \
-void pe_learned_fwdnt_##SUF(const pe_learned_loop *L)                         \
+static void learned_fwdnt_##SUF(const pe_learned_loop *L)                     \
 {                                                                             \
     const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
     if (L->x_inner != z || L->w_inner != z || L->y_inner != z ||              \
@@ -182,16 +182,14 @@ void pe_learned_fwdnt_##SUF(const pe_learned_loop *L)                         \
 
 DEFINE_LEARNED_FWDNT(float, f32, __m128, 4, ps)
 DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
-#else
-void pe_learned_fwdnt_f32(const pe_learned_loop *L) { pe_learned_fwd_f32(L); }
-void pe_learned_fwdnt_f64(const pe_learned_loop *L) { pe_learned_fwd_f64(L); }
 #endif
 
 /* ------------------------------------------------------------------ */
 /* Backward: gw[pos[t]] += g[t]                                         */
 /* ------------------------------------------------------------------ */
 
-/* Row adds get SIMD clones (PE_SIMD_CLONES, posemb.h): same bits on all. */
+/* Row adds are compiled twice (portable C, and C for AVX2 on x86-64,
+ * picked by the dispatch): same bits on all. */
 /*
  * The bucketed backward splits the table rows (positions) over the pool:
  * each part owns disjoint rows of gw and visits their tokens in order, so
@@ -298,10 +296,9 @@ static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
  * Without work (a table much larger than the batch), tokens are visited in
  * order, after zeroing the table on the pool when assign is set.
  */
-#define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
+#define DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, NAME, ATTR)                     \
 /* dst (+)= src in chunks, each after prefetching next's matching chunk */    \
-PE_SIMD_CLONES                                                               \
-static void learned_back_rows_##SUF(ptrdiff_t d, const TG *restrict src,      \
+ATTR static void NAME(ptrdiff_t d, const TG *restrict src,                    \
                                     TW *restrict dst, const TG *next,         \
                                     int first)                                \
 {                                                                             \
@@ -317,7 +314,23 @@ static void learned_back_rows_##SUF(ptrdiff_t d, const TG *restrict src,      \
             for (ptrdiff_t i = c; i < c + e; i++)                             \
                 dst[i] += CVT(src[i]);                                        \
     }                                                                         \
-}                                                                             \
+}
+#if defined(PE_X86_SIMD)
+#define DEFINE_LEARNED_ROWS_ALL(TG, TW, SUF, CVT)                             \
+    DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, learned_back_rows_##SUF, )          \
+    DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, learned_back_rows_##SUF##_avx2,     \
+                        __attribute__((target("avx2"))))
+#else
+#define DEFINE_LEARNED_ROWS_ALL(TG, TW, SUF, CVT)                             \
+    DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, learned_back_rows_##SUF, )
+#endif
+
+typedef void (*rows_fn_f32)(ptrdiff_t, const float *, float *, const float *, int);
+typedef void (*rows_fn_f64)(ptrdiff_t, const double *, double *, const double *, int);
+typedef void (*rows_fn_f16)(ptrdiff_t, const uint16_t *, float *, const uint16_t *, int);
+
+
+#define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
 /* work units [begin, end) of the bucketed job: disjoint table rows */        \
 static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
 {                                                                             \
@@ -336,7 +349,7 @@ static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
             /* the next token's row (in this bucket or the next) */           \
             const int64_t next = k + 1 < j->total ? j->order[k + 1]           \
                                                   : j->order[k];              \
-            learned_back_rows_##SUF(j->d, g + j->order[k] * j->d, row,        \
+            learned_table.rows_##SUF(j->d, g + j->order[k] * j->d, row,       \
                                     g + next * j->d, first);                  \
         }                                                                     \
     }                                                                         \
@@ -369,12 +382,50 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
     for (ptrdiff_t t = 0; t < n; t++) {                                       \
         const int64_t p = pos[t];                                             \
         if (p >= 0 && p < m)                                                  \
-            learned_back_rows_##SUF(d, g + t * d, gw + p * d, NULL, 0);       \
+            learned_table.rows_##SUF(d, g + t * d, gw + p * d, NULL, 0);      \
     }                                                                         \
 }
 
 #define CVT_SAME(v) (v)
 #define CVT_HALF(v) pe_half_to_float(v)
+
+DEFINE_LEARNED_ROWS_ALL(float, float, f32, CVT_SAME)
+DEFINE_LEARNED_ROWS_ALL(double, double, f64, CVT_SAME)
+DEFINE_LEARNED_ROWS_ALL(uint16_t, float, f16, CVT_HALF)
+
+/* The kernels of the dispatched CPU level (pe_learned_dispatch); the
+ * portable ones until it runs (C-only callers). */
+static struct {
+    rows_fn_f16 rows_f16;
+    rows_fn_f32 rows_f32;
+    rows_fn_f64 rows_f64;
+    void (*fwdnt[2])(const pe_learned_loop *);   /* NULL: no streaming stores */
+} learned_table = {learned_back_rows_f16, learned_back_rows_f32, learned_back_rows_f64,
+                   {NULL, NULL}};
+
+const char *pe_learned_dispatch(int level)
+{
+    learned_table.rows_f16 = learned_back_rows_f16;
+    learned_table.rows_f32 = learned_back_rows_f32;
+    learned_table.rows_f64 = learned_back_rows_f64;
+    learned_table.fwdnt[0] = learned_table.fwdnt[1] = NULL;
+#if defined(PE_X86_SIMD)
+    if (level >= PE_CPU_SSE2) {
+        learned_table.fwdnt[0] = learned_fwdnt_f32;
+        learned_table.fwdnt[1] = learned_fwdnt_f64;
+    }
+    if (level >= PE_CPU_AVX2) {
+        learned_table.rows_f16 = learned_back_rows_f16_avx2;
+        learned_table.rows_f32 = learned_back_rows_f32_avx2;
+        learned_table.rows_f64 = learned_back_rows_f64_avx2;
+        return "avx2";
+    }
+    return level >= PE_CPU_SSE2 ? "sse2" : "baseline";
+#else
+    (void)level;
+    return "baseline";
+#endif
+}
 
 DEFINE_LEARNED_BACK(float, float, f32, CVT_SAME)
 DEFINE_LEARNED_BACK(double, double, f64, CVT_SAME)
@@ -403,10 +454,19 @@ static void learned_fwd_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
     j->fn(&sub);
 }
 
-void pe_learned_fwd_parallel(void (*fn)(const pe_learned_loop *),
-                             const pe_learned_loop *L, ptrdiff_t itemsize)
+void pe_learned_fwd_run(const pe_learned_loop *L, int type)
 {
-    learned_fwd_job j = {fn, L};
+    static void (*const plain[3])(const pe_learned_loop *) = {
+        pe_learned_fwd_f16, pe_learned_fwd_f32, pe_learned_fwd_f64};
+    static const ptrdiff_t itemsizes[3] = {2, 4, 8};
+    const ptrdiff_t itemsize = itemsizes[type];
     const ptrdiff_t vec = 3 * (L->d > 0 ? L->d : 1) * itemsize;
-    pe_parallel_for(L->n, PE_PARALLEL_MIN_BYTES / vec + 1, learned_fwd_task, &j);
+    learned_fwd_job j = {plain[type], L};
+    /* a large out-of-place output: skip the read-for-ownership */
+    if (type > 0 && learned_table.fwdnt[type - 1] != NULL && L->y != L->x &&
+        L->n * L->d * itemsize >= PE_STREAM_MIN_BYTES &&
+        pe_memory_resident(L->y + L->n / 2 * L->y_step))
+        j.fn = learned_table.fwdnt[type - 1];
+    pe_parallel_for_stoppable(L->n, PE_PARALLEL_MIN_BYTES / vec + 1, vec, learned_fwd_task, &j,
+                              L->stop);
 }

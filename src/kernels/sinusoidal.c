@@ -82,16 +82,16 @@ static uint16_t double_to_half(double v)
 #define TO_f32(v) ((float)(v))
 #define TO_f64(v) (v)
 
-/* Row loops get SIMD clones (PE_SIMD_CLONES, posemb.h): same bits on all. */
+/* Row loops are compiled twice (portable C, and C for AVX2 on x86-64,
+ * picked by the dispatch): same bits on all. */
 /*
  * The frequencies f0 <= i < f1 of one row, from the block values sa, ca
  * (p0*w_i) and the offset values sb, cb (k*w_i), each indexed i - f0:
  * sin/cos(p0*w + k*w) by the angle-sum identities, rounded once.  The range
  * holding frequency h = dim/2 (odd dim only) writes the last column.
  */
-#define DEFINE_SINUSOIDAL_ROW(T, SUF)                                         \
-PE_SIMD_CLONES                                                               \
-static void sinusoidal_row_##SUF(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim,   \
+#define DEFINE_SINUSOIDAL_ROW(T, SUF, NAME, ATTR)                             \
+ATTR static void NAME(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim,   \
                                  int concat, const double *restrict sa,       \
                                  const double *restrict ca,                   \
                                  const double *restrict sb,                   \
@@ -123,9 +123,8 @@ static void sinusoidal_row_##SUF(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim,   \
  * 64-byte output line.  The AVX2 clone of the C row spends about 2.2
  * instructions per value, this about 1.
  */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(POSEMB_NO_CLONES)
+#if defined(PE_X86_SIMD)
 #include <immintrin.h>
-#define PE_HAVE_AVX512_ROWS 1
 #define PE_AVX512 __attribute__((target("avx512f")))
 
 /* sin, cos of (p0 + k)*w for 8 frequencies, lanes past `left` zero */
@@ -212,11 +211,6 @@ sinusoidal_row_f64_avx512(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim, int concat,
     }
 }
 
-static int cpu_has_avx512f(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-}
 #endif
 
 /* sin/cos of k*w_i for each i < nf into s[k*nf + i], c[k*nf + i]. */
@@ -230,23 +224,39 @@ static void sinusoidal_offsets(ptrdiff_t nf, const double *inv_freq, double k,
     }
 }
 
-/* The row kernel for this CPU: AVX-512F for float32/float64 where it runs. */
-#define DEFINE_ROW_PICK(T, SUF)                                               \
-typedef void (*row_fn_##SUF)(ptrdiff_t, ptrdiff_t, ptrdiff_t, int,            \
-                             const double *, const double *, const double *,  \
-                             const double *, T *);                            \
-static row_fn_##SUF pick_row_##SUF(void)                                      \
-{                                                                             \
-    return ROW_WIDE_##SUF != NULL ? ROW_WIDE_##SUF : sinusoidal_row_##SUF;    \
-}
-#if defined(PE_HAVE_AVX512_ROWS)
-#define ROW_WIDE_f32 (cpu_has_avx512f() ? sinusoidal_row_f32_avx512 : NULL)
-#define ROW_WIDE_f64 (cpu_has_avx512f() ? sinusoidal_row_f64_avx512 : NULL)
+typedef void (*row_fn_f16)(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                           const double *, const double *, const double *, uint16_t *);
+typedef void (*row_fn_f32)(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                           const double *, const double *, const double *, float *);
+typedef void (*row_fn_f64)(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                           const double *, const double *, const double *, double *);
+typedef void (*add_row_fn)(ptrdiff_t n, const char *x, const char *t, char *y);
+
+static void sinusoidal_row_f16(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                               const double *, const double *, const double *, uint16_t *);
+static void sinusoidal_row_f32(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                               const double *, const double *, const double *, float *);
+static void sinusoidal_row_f64(ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const double *,
+                               const double *, const double *, const double *, double *);
+
+/* The kernels of the dispatched CPU level (pe_sinusoidal_dispatch); the
+ * portable ones until it runs (C-only callers). */
+static struct {
+    row_fn_f16 row_f16;
+    row_fn_f32 row_f32;
+    row_fn_f64 row_f64;
+    add_row_fn add_nt[2];      /* float32, float64; NULL: no streaming stores */
+} sinusoidal_table = {sinusoidal_row_f16, sinusoidal_row_f32, sinusoidal_row_f64,
+                      {NULL, NULL}};
+
+#if defined(PE_X86_SIMD)
+#define DEFINE_SINUSOIDAL_ROWS(T, SUF)                                        \
+    DEFINE_SINUSOIDAL_ROW(T, SUF, sinusoidal_row_##SUF, )                     \
+    DEFINE_SINUSOIDAL_ROW(T, SUF, sinusoidal_row_##SUF##_avx2,                \
+                          __attribute__((target("avx2"))))
 #else
-#define ROW_WIDE_f32 NULL
-#define ROW_WIDE_f64 NULL
+#define DEFINE_SINUSOIDAL_ROWS(T, SUF) DEFINE_SINUSOIDAL_ROW(T, SUF, sinusoidal_row_##SUF, )
 #endif
-#define ROW_WIDE_f16 NULL
 
 /*
  * Given n rows from position start, dim features, ceil(dim/2) inverse
@@ -259,8 +269,7 @@ static row_fn_##SUF pick_row_##SUF(void)                                      \
  * decoding step) costs six libm calls per frequency.
  */
 #define DEFINE_SINUSOIDAL_TABLE(T, SUF)                                       \
-DEFINE_SINUSOIDAL_ROW(T, SUF)                                                 \
-DEFINE_ROW_PICK(T, SUF)                                                       \
+DEFINE_SINUSOIDAL_ROWS(T, SUF)                                                \
 static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
                                   const double *inv_freq, int concat, T *out, \
                                   double *work, ptrdiff_t f0, ptrdiff_t f1)   \
@@ -274,7 +283,7 @@ static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
     double *sin_P = cos_q + PE_SINUSOIDAL_SUPER * nf, *cos_P = sin_P + nf;    \
     double *sin_a = cos_P + nf, *cos_a = sin_a + nf;     /* block values */   \
     int64_t P_done = -1;                                                      \
-    row_fn_##SUF row = pick_row_##SUF();                                      \
+    const row_fn_##SUF row = sinusoidal_table.row_##SUF;                      \
     if (n <= 0 || nf <= 0)                                                    \
         return;                                                               \
     for (int64_t r = 0; r < n && r < K; r++) {      /* the k in use */        \
@@ -462,49 +471,6 @@ void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *L)
 /* x + table on the pool                                                */
 /* ------------------------------------------------------------------ */
 
-typedef struct {
-    void (*fn)(const pe_sinusoidal_add_loop *);
-    const pe_sinusoidal_add_loop *L;
-} sinusoidal_add_job;
-
-static void sinusoidal_add_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
-{
-    const sinusoidal_add_job *j = (const sinusoidal_add_job *)ctx;
-    pe_sinusoidal_add_loop sub = *j->L;
-    sub.n = end - begin;
-    sub.x += begin * sub.x_step;
-    sub.t += begin * sub.t_step;
-    sub.y += begin * sub.y_step;
-    j->fn(&sub);
-}
-
-/* [lo, hi) bytes touched by n items from p with a byte step */
-static void span(const char *p, ptrdiff_t step, ptrdiff_t n, ptrdiff_t size,
-                 const char **lo, const char **hi)
-{
-    const ptrdiff_t reach = (n - 1) * step;
-    *lo = reach < 0 ? p + reach : p;
-    *hi = (reach < 0 ? p : p + reach) + size;
-}
-
-void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
-                                const pe_sinusoidal_add_loop *L, ptrdiff_t itemsize)
-{
-    sinusoidal_add_job j = {fn, L};
-    const char *xlo, *xhi, *ylo, *yhi;
-    if (L->n <= 0)
-        return;
-    /* NumPy runs an elementwise ufunc in place when y trails x in memory
-     * (an order-safe overlap): split only if y is x itself or disjoint */
-    span(L->x, L->x_step, L->n, itemsize, &xlo, &xhi);
-    span(L->y, L->y_step, L->n, itemsize, &ylo, &yhi);
-    if (!(L->y == L->x && L->y_step == L->x_step) && xlo < yhi && ylo < xhi) {
-        fn(L);
-        return;
-    }
-    pe_parallel_for(L->n, PE_PARALLEL_MIN_BYTES / (3 * itemsize) + 1,
-                    sinusoidal_add_task, &j);
-}
 
 /* ------------------------------------------------------------------ */
 /* x + table over a (batch, seq, features) grid                         */
@@ -520,11 +486,7 @@ void pe_sinusoidal_add_parallel(void (*fn)(const pe_sinusoidal_add_loop *),
  * is the x86-64 baseline; AVX2 and AVX-512F forms are picked at run time
  * (additions only, so no contraction can change a bit).
  */
-typedef void (*add_row_fn)(ptrdiff_t n, const char *x, const char *t, char *y);
-
-#if defined(__SSE2__) && defined(__GNUC__)
-#include <immintrin.h>
-#define PE_HAVE_NT 1
+#if defined(PE_X86_SIMD)
 
 #define DEFINE_ADD_NT(NAME, ATTR, T, V, ALIGN, W, LOAD, ADD, STREAM)          \
 ATTR static void NAME(ptrdiff_t n, const char *xc, const char *tc, char *yc)  \
@@ -547,8 +509,6 @@ DEFINE_ADD_NT(add_nt_f32_sse2, , float, __m128, 16, 4, _mm_loadu_ps,
               _mm_add_ps, _mm_stream_ps)
 DEFINE_ADD_NT(add_nt_f64_sse2, , double, __m128d, 16, 2, _mm_loadu_pd,
               _mm_add_pd, _mm_stream_pd)
-#if defined(__x86_64__) && !defined(POSEMB_NO_CLONES)
-#define PE_HAVE_NT_WIDE 1
 DEFINE_ADD_NT(add_nt_f32_avx2, __attribute__((target("avx2"))), float,
               __m256, 32, 8, _mm256_loadu_ps, _mm256_add_ps, _mm256_stream_ps)
 DEFINE_ADD_NT(add_nt_f64_avx2, __attribute__((target("avx2"))), double,
@@ -559,19 +519,39 @@ DEFINE_ADD_NT(add_nt_f64_avx512, __attribute__((target("avx512f"))), double,
               __m512d, 64, 8, _mm512_loadu_pd, _mm512_add_pd, _mm512_stream_pd)
 #endif
 
-/* the widest streaming row kernel this CPU runs */
-static add_row_fn add_nt_row(int kind)
+const char *pe_sinusoidal_dispatch(int level)
 {
-#if defined(PE_HAVE_NT_WIDE)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return kind == 4 ? add_nt_f32_avx512 : add_nt_f64_avx512;
-    if (__builtin_cpu_supports("avx2"))
-        return kind == 4 ? add_nt_f32_avx2 : add_nt_f64_avx2;
+    sinusoidal_table.row_f16 = sinusoidal_row_f16;
+    sinusoidal_table.row_f32 = sinusoidal_row_f32;
+    sinusoidal_table.row_f64 = sinusoidal_row_f64;
+    sinusoidal_table.add_nt[0] = sinusoidal_table.add_nt[1] = NULL;
+#if defined(PE_X86_SIMD)
+    if (level >= PE_CPU_AVX512) {
+        sinusoidal_table.row_f16 = sinusoidal_row_f16_avx2;
+        sinusoidal_table.row_f32 = sinusoidal_row_f32_avx512;
+        sinusoidal_table.row_f64 = sinusoidal_row_f64_avx512;
+        sinusoidal_table.add_nt[0] = add_nt_f32_avx512;
+        sinusoidal_table.add_nt[1] = add_nt_f64_avx512;
+        return "avx512";
+    }
+    if (level >= PE_CPU_AVX2) {
+        sinusoidal_table.row_f16 = sinusoidal_row_f16_avx2;
+        sinusoidal_table.row_f32 = sinusoidal_row_f32_avx2;
+        sinusoidal_table.row_f64 = sinusoidal_row_f64_avx2;
+        sinusoidal_table.add_nt[0] = add_nt_f32_avx2;
+        sinusoidal_table.add_nt[1] = add_nt_f64_avx2;
+        return "avx2";
+    }
+    if (level >= PE_CPU_SSE2) {
+        sinusoidal_table.add_nt[0] = add_nt_f32_sse2;
+        sinusoidal_table.add_nt[1] = add_nt_f64_sse2;
+        return "sse2";
+    }
+#else
+    (void)level;
 #endif
-    return kind == 4 ? add_nt_f32_sse2 : add_nt_f64_sse2;
+    return "baseline";
 }
-#endif
 
 typedef struct {
     pe_sinusoidal_grid g;            /* possibly transposed: rows are along S */
@@ -654,7 +634,7 @@ static void sinusoidal_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             }
         }
     }
-#if defined(PE_HAVE_NT)
+#if defined(PE_X86_SIMD)
     if (j->nt != NULL)
         _mm_sfence();   /* order the streaming stores before the task ends */
 #endif
@@ -684,13 +664,12 @@ void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
      * gathered tile by tile into contiguous scratch */
     j.tz = tz;
     j.gather = j.g.t_d != tz && j.g.t_b == 0 && j.g.B > 1;
-#if defined(PE_HAVE_NT)
     /* streaming stores: out of place, large, rows contiguous */
-    if (kind != 2 && g->y != g->x && j.g.x_d == z && (j.g.t_d == z || j.gather) &&
+    if (kind != 2 && sinusoidal_table.add_nt[kind == 8] != NULL && g->y != g->x &&
+        j.g.x_d == z && (j.g.t_d == z || j.gather) &&
         j.g.y_d == z && g->B * g->S * g->D * z >= PE_ADD_STREAM_MIN_BYTES &&
         pe_memory_resident(g->y + g->B / 2 * g->y_b + g->S / 2 * g->y_s))
-        j.nt = add_nt_row(kind);
-#endif
+        j.nt = sinusoidal_table.add_nt[kind == 8];
     /* a tile: whole rows if a row fits in the budget, else part of one */
     if (j.g.D <= tile_elems) {
         j.cols = j.g.D;
@@ -712,6 +691,6 @@ void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
             j.groups = g->B;
     }
     item_bytes = j.rows * j.cols * (2 * z + tz) * ((g->B + j.groups - 1) / j.groups);
-    pe_parallel_for(tiles * j.groups, PE_PARALLEL_MIN_BYTES / item_bytes + 1,
-                    sinusoidal_grid_task, &j);
+    pe_parallel_for_stoppable(tiles * j.groups, PE_PARALLEL_MIN_BYTES / item_bytes + 1,
+                              item_bytes, sinusoidal_grid_task, &j, g->stop);
 }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run the kernel tests at every CPU level this machine runs (POSEMB_CPU=
+# baseline, sse2, avx2, avx512 up to what show_config() reports as
+# supported), so every family's SIMD kernels -- not only the best one --
+# are checked against the same references.  Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+levels=$(python -c "
+import posemb
+order = ['baseline', 'sse2', 'avx2', 'avx512']
+best = posemb.show_config(print_=False)['supported']
+print(' '.join(order[:order.index(best) + 1]))")
+echo "cpu_levels: $levels"
+for level in $levels; do
+  echo "=== POSEMB_CPU=$level"
+  POSEMB_CPU=$level python -m pytest -q -p no:cacheprovider tests/test_cpu_dispatch.py \
+    tests/test_rope.py tests/test_rope_overlap.py tests/test_rope_variants.py tests/test_rope_layouts.py \
+    tests/test_sinusoidal.py tests/test_learned.py "$@"
+done

@@ -1,0 +1,72 @@
+/*
+ * dispatch.c - the one CPU dispatch of posemb.
+ *
+ * The CPU is probed once, when the extension is imported
+ * (pe_cpu_select), and the level chosen there -- the best this CPU and
+ * build can run, or a lower one asked for with POSEMB_CPU -- decides every
+ * SIMD kernel afterwards.  Per-ISA kernels are compiled with per-function
+ * target attributes (no ifunc, no target_clones: musl has no ifunc), so one
+ * build runs on every x86-64 CPU.  A build with -DPOSEMB_NO_CLONES has no
+ * ISA-specific code at all and always runs at level "baseline".
+ */
+#include <string.h>
+
+#include "posemb.h"
+
+static const char *const level_names[PE_CPU_LEVELS] = {"baseline", "sse2", "avx2",
+                                                       "avx512"};
+
+/* the level in use: written once at import (before any kernel runs) */
+static int cpu_level = PE_CPU_BASELINE;
+
+const char *pe_cpu_name(int level)
+{
+    return level >= 0 && level < PE_CPU_LEVELS ? level_names[level] : "unknown";
+}
+
+int pe_cpu_parse(const char *name)
+{
+    for (int i = 0; name != NULL && i < PE_CPU_LEVELS; i++)
+        if (strcmp(name, level_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int pe_cpu_supported(void)
+{
+#if defined(PE_X86_SIMD)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return PE_CPU_AVX512;
+    if (__builtin_cpu_supports("avx2"))
+        return PE_CPU_AVX2;
+    return PE_CPU_SSE2;
+#else
+    return PE_CPU_BASELINE;
+#endif
+}
+
+/* the ISA each family's kernels use at the selected level */
+static const char *family_isa[PE_FAMILIES];
+
+int pe_cpu_select(int level)
+{
+    const int best = pe_cpu_supported();
+    if (level < 0 || level > best)
+        level = best;
+    cpu_level = level;
+    family_isa[PE_FAMILY_ROPE] = pe_rope_dispatch(level);
+    family_isa[PE_FAMILY_SINUSOIDAL] = pe_sinusoidal_dispatch(level);
+    family_isa[PE_FAMILY_LEARNED] = pe_learned_dispatch(level);
+    /* streaming (non-temporal) stores: SSE2 and up */
+    family_isa[PE_FAMILY_STREAM] = level >= PE_CPU_SSE2 ? level_names[level] : "none";
+    return level;
+}
+
+const char *pe_family_isa(int family)
+{
+    return family >= 0 && family < PE_FAMILIES && family_isa[family] ? family_isa[family]
+                                                                      : "baseline";
+}
+
+int pe_cpu_level(void) { return cpu_level; }

@@ -1,0 +1,90 @@
+"""The one CPU dispatch: POSEMB_CPU picks the level at import, show_config()
+reports it, and every level gives the same bits (.ci/cpu_levels.sh runs the
+kernel tests at each level this machine has)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import posemb
+
+ORDER = ["baseline", "sse2", "avx2", "avx512"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config_in_child(level):
+    env = dict(os.environ, POSEMB_CPU=level, PYTHONPATH=ROOT)
+    code = "import json, posemb; print(json.dumps(posemb.show_config(print_=False)))"
+    proc = subprocess.run([sys.executable, "-W", "always", "-c", code], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
+
+
+def test_show_config_reflects_override():
+    """This process: the level is POSEMB_CPU's (clamped to the CPU's)."""
+    cfg = posemb.show_config(print_=False)
+    assert cfg["supported"] in ORDER and cfg["level"] in ORDER
+    want = os.environ.get("POSEMB_CPU")
+    if want in ORDER:
+        assert ORDER.index(cfg["level"]) == min(ORDER.index(want), ORDER.index(cfg["supported"]))
+    else:
+        assert cfg["level"] == cfg["supported"]
+    for family in ("rope", "sinusoidal", "learned"):
+        assert ORDER.index(cfg[family]) <= ORDER.index(cfg["level"])
+    if cfg["level"] == "baseline":
+        assert cfg["rope"] == cfg["sinusoidal"] == cfg["learned"] == "baseline"
+        assert cfg["streaming_stores"] == "none"
+
+
+def test_show_config_prints(capsys):
+    cfg = posemb.show_config()
+    out = capsys.readouterr().out
+    assert "level:" in out and cfg["level"] in out
+
+
+@pytest.mark.parametrize("level", ORDER)
+def test_every_level_in_a_child(level):
+    supported = posemb.show_config(print_=False)["supported"]
+    cfg, err = _config_in_child(level)
+    want = ORDER[min(ORDER.index(level), ORDER.index(supported))]
+    assert cfg["level"] == want
+    if ORDER.index(level) > ORDER.index(supported):
+        assert "POSEMB_CPU" in err      # clamped, with a warning
+    if want == "baseline":
+        assert cfg["rope"] == "baseline" and cfg["streaming_stores"] == "none"
+    if want in ("avx2", "avx512"):
+        assert cfg["rope"] == "avx2"
+    if want == "avx512":
+        assert cfg["sinusoidal"] == "avx512"
+
+
+def test_unknown_level_warns_and_is_ignored():
+    cfg, err = _config_in_child("pentium")
+    assert "POSEMB_CPU=pentium" in err and "ignored" in err
+    assert cfg["level"] == cfg["supported"]
+
+
+def test_bits_do_not_depend_on_level():
+    """A child at each level computes RoPE, sinusoidal and learned results
+    whose bytes must equal this process's."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(300), 64)
+    here = [posemb.apply_rope(x, cos, sin).tobytes(),
+            posemb.sinusoidal(50, 40).tobytes()]
+    code = ("import sys, numpy as np, posemb\n"
+            "rng = np.random.default_rng(3)\n"
+            "x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)\n"
+            "cos, sin = posemb.rope_cos_sin(np.arange(300), 64)\n"
+            "sys.stdout.buffer.write(posemb.apply_rope(x, cos, sin).tobytes())\n"
+            "sys.stdout.buffer.write(posemb.sinusoidal(50, 40).tobytes())\n")
+    for level in ORDER:
+        env = dict(os.environ, POSEMB_CPU=level, PYTHONPATH=ROOT)
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == b"".join(here), level

@@ -1,0 +1,149 @@
+"""RoPE on operands that overlap themselves or each other, and long calls.
+
+Every RoPE call goes through NumPy's gufunc machinery, which copies an
+operand that overlaps another (or an output that overlaps itself) before the
+C loop runs, so these calls give NumPy's answer.  The oracle here is the
+rotation formula in float64, written out with NumPy (no posemb code).
+"""
+import _thread
+import threading
+import time
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+
+import posemb
+
+
+def oracle_rotate(x, pos, dim, backward=False, interleaved=False, base=10000.0):
+    """float64 rotation of the vectors x (..., dim) at integer positions pos."""
+    x = np.asarray(x, np.float64)
+    inv = base ** (-(np.arange(0, dim, 2, dtype=np.float64) / dim))
+    ang = np.asarray(pos, np.float64)[..., None] * inv
+    c, s = np.cos(ang), np.sin(ang)
+    if backward:
+        s = -s
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        a, b = x[..., : dim // 2], x[..., dim // 2:]
+    ya, yb = a * c - b * s, b * c + a * s
+    y = np.empty(np.broadcast_shapes(x.shape, ya.shape[:-1] + (dim,)))
+    if interleaved:
+        y[..., 0::2], y[..., 1::2] = ya, yb
+    else:
+        y[..., : dim // 2], y[..., dim // 2:] = ya, yb
+    return y
+
+
+def overlapping(shape=(16, 4096, 8)):
+    """Every vector of the view is the same 8 floats of one buffer."""
+    buf = np.arange(1, 9, dtype=np.float32)
+    return buf, as_strided(buf, shape, (0,) * (len(shape) - 1) + (4,))
+
+
+def constant_tables(n, dim, p, interleaved):
+    """cos/sin for n positions, all equal to position p."""
+    return posemb.rope_cos_sin(np.full(n, p), dim, interleaved=interleaved)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_self_overlapping_in_place_constant_tables(backward, interleaved):
+    """All 16 x 4096 vectors alias one 8-float row and all rotate by the same
+    angle: the row must be rotated once (a kernel writing in place would
+    rotate it 65536 times)."""
+    buf, x = overlapping()
+    want = oracle_rotate(np.arange(1, 9), 7, 8, backward, interleaved)
+    c, s = constant_tables(4096, 8, 7, interleaved)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    y = fn(x, c, s, interleaved=interleaved, out=x)
+    assert y is x
+    np.testing.assert_allclose(buf, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_self_overlapping_in_place_issue_example(backward):
+    """The example from the report: positions 0..4095 over one aliased row.
+    NumPy computes every vector from the unmodified input and writes them
+    back in order, so the row ends as the last position's rotation."""
+    buf, x = overlapping()
+    c, s = posemb.rope_cos_sin(np.arange(4096), 8)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    fn(x, c, s, out=x)
+    want = oracle_rotate(np.arange(1, 9), 4095, 8, backward)
+    np.testing.assert_allclose(buf, want, rtol=1e-5, atol=1e-5)
+
+
+def test_self_overlapping_rope_module_out_and_apply_qk():
+    rope = posemb.RoPE(8, 4096)
+    buf, x = overlapping()
+    rope(x, out=x)
+    np.testing.assert_allclose(buf, oracle_rotate(np.arange(1, 9), 4095, 8), rtol=1e-5, atol=1e-5)
+    buf, x = overlapping()
+    rope.backward(x, out=x)
+    np.testing.assert_allclose(buf, oracle_rotate(np.arange(1, 9), 4095, 8, True),
+                               rtol=1e-5, atol=1e-5)
+    # q and k alias their own rows (k: 2 heads of 4096 positions)
+    qbuf, q = overlapping((1, 4, 4096, 8))
+    kbuf, k = overlapping((1, 2, 4096, 8))
+    qr, kr = rope.apply_qk(q, k, inplace=True)
+    assert qr is q and kr is k
+    for b in (qbuf, kbuf):
+        np.testing.assert_allclose(b, oracle_rotate(np.arange(1, 9), 4095, 8), rtol=1e-5, atol=1e-5)
+
+
+def test_out_overlapping_x_partially():
+    """out shifted by one vector inside x's buffer: NumPy copies first."""
+    rng = np.random.default_rng(0)
+    buf = rng.standard_normal((3, 65, 64)).astype(np.float32)
+    x, out = buf[:, :64], buf[:, 1:]
+    x0 = x.copy()
+    c, s = posemb.rope_cos_sin(np.arange(64), 64)
+    posemb.apply_rope(x, c, s, out=out)
+    np.testing.assert_allclose(out, oracle_rotate(x0, np.arange(64), 64), rtol=1e-5, atol=1e-5)
+
+
+def test_tables_overlapping_out():
+    """out is the cos table's own memory."""
+    c, s = posemb.rope_cos_sin(np.arange(32), 16)
+    x = np.ones((32, 16), np.float32)
+    want = oracle_rotate(x, np.arange(32), 16)
+    posemb.apply_rope(x, c, s, out=c)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+
+
+def test_huge_zero_stride_view_refused_quickly():
+    """2**40 aliased rows: in place needs NumPy's copy, out of place a new
+    array; both are refused at once (MemoryError), never a loop in C."""
+    buf = np.arange(1, 9, dtype=np.float32)
+    x = as_strided(buf, (2**40, 8), (0, 4))
+    c, s = posemb.rope_cos_sin(np.arange(1), 8)
+    for out in (x, None):
+        t0 = time.monotonic()
+        with pytest.raises(MemoryError):
+            posemb.apply_rope(x, c, s, out=out)
+        assert time.monotonic() - t0 < 5.0
+    np.testing.assert_array_equal(buf, np.arange(1, 9))
+
+
+def test_long_call_is_interruptible():
+    """A call of a few seconds (float16: 2**27 values, computed in float32)
+    stops within a fraction of a second of Ctrl-C, raising KeyboardInterrupt
+    from the call itself, with the end of the output not yet written."""
+    x = np.broadcast_to(np.ones(64, np.float16), (2**21, 64))
+    c, s = posemb.rope_cos_sin(np.arange(1), 64, dtype=np.float16)
+    out = np.full(x.shape, np.nan, np.float16)
+    timer = threading.Timer(0.1, _thread.interrupt_main)
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            posemb.apply_rope(x, c, s, out=out)
+            time.sleep(5)     # not interrupted during the call: fail below
+        elapsed = time.monotonic() - t0
+    finally:
+        timer.cancel()
+    assert elapsed < 1.5
+    assert np.isnan(out[-1]).all()
