@@ -12,7 +12,9 @@ import pytest
 import posemb
 
 ORDER = ["baseline", "sse2", "avx2", "avx512"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# where the posemb under test lives (this checkout, or an installed wheel's
+# site-packages when .ci/wheel_*.sh test a wheel): the children import that one
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(posemb.__file__)))
 
 
 def _config_in_child(level):
