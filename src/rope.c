@@ -36,6 +36,11 @@
 #define ROT_back(ya, yb, xa, xb, ca, cb, sa, sb) \
     do { ya = xa * ca + xb * sb; yb = xb * cb - xa * sa; } while (0)
 
+#define IS_INTER_half 0
+#define IS_INTER_inter 1
+#define IS_BACK_fwd 0
+#define IS_BACK_back 1
+
 #define LOAD_f16(p) pe_half_to_float(*(const uint16_t *)(const void *)(p))
 #define STORE_f16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_half(v))
 #define LOAD_f32(p) (*(const float *)(const void *)(p))
@@ -127,10 +132,16 @@ void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
     }                                                                         \
 }
 
+/* float16 with vector conversion where the CPU has it (rope_f16_vector,
+ * below): 1 when it ran the whole call */
+static int rope_f16_vector(const pe_rope_loop *L, int inter, int back);
+
 #define DEFINE_ROPE_HALFPREC(LAYOUT, DIR)                                     \
 void pe_rope_##LAYOUT##_##DIR##_f16(const pe_rope_loop *L)                    \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (rope_f16_vector(L, IS_INTER_##LAYOUT, IS_BACK_##DIR))                  \
+        return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         const char *x = L->x + k * L->x_step;                                 \
         const char *c = L->cos + k * L->cos_step;                             \
@@ -434,6 +445,94 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
       {inter_nt_sse2_fwd_f64, inter_nt_avx2_fwd_f64}},
      {{inter_nt_sse2_back_f32, inter_nt_avx2_back_f32},
       {inter_nt_sse2_back_f64, inter_nt_avx2_back_f64}}}};
+
+/*
+ * float16 RoPE with F16C conversion (x86-64 CPUs with AVX2 and F16C,
+ * checked at run time): 8 values at a time are widened exactly to float32,
+ * rotated with the float32 formula (the same mul/mul/add-or-sub as
+ * ROT_fwd/ROT_back, no fused multiply-add), and rounded once to float16,
+ * to nearest even (the imm8 of vcvtps2ph), as pe_float_to_half does: the
+ * same bits as the scalar loop.  Any row steps; features and table entries
+ * contiguous (2 bytes apart).  Half-split needs h a multiple of 8,
+ * interleaved 2h a multiple of 8; features past 2h are copied.
+ */
+#define F16_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define F16_STORE(p, v) \
+    _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
+
+#define DEFINE_F16C_HALF(DIR)                                                 \
+__attribute__((target("avx2,f16c")))                                          \
+static void f16c_half_##DIR(const pe_rope_loop *L)                            \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(uint16_t)                                                \
+        for (ptrdiff_t i = 0; i < h; i += 8) {                                \
+            const __m256 xa = F16_LOAD(x + i), xb = F16_LOAD(x + i + h);      \
+            const __m256 ca = F16_LOAD(c + i), cb = F16_LOAD(c + i + h);      \
+            const __m256 sa = F16_LOAD(s + i), sb = F16_LOAD(s + i + h);      \
+            __m256 ya, yb;                                                    \
+            F16C_ROT_##DIR(ya, yb, xa, xb, ca, cb, sa, sb);                   \
+            F16_STORE(y + i, ya);                                             \
+            F16_STORE(y + i + h, yb);                                         \
+        }                                                                     \
+        COPY_TAIL(uint16_t)                                                   \
+    }                                                                         \
+}
+#define F16C_ROT_fwd(ya, yb, xa, xb, ca, cb, sa, sb)                          \
+    do { ya = _mm256_sub_ps(_mm256_mul_ps(xa, ca), _mm256_mul_ps(xb, sa));    \
+         yb = _mm256_add_ps(_mm256_mul_ps(xb, cb), _mm256_mul_ps(xa, sb)); } while (0)
+#define F16C_ROT_back(ya, yb, xa, xb, ca, cb, sa, sb)                         \
+    do { ya = _mm256_add_ps(_mm256_mul_ps(xa, ca), _mm256_mul_ps(xb, sb));    \
+         yb = _mm256_sub_ps(_mm256_mul_ps(xb, cb), _mm256_mul_ps(xa, sa)); } while (0)
+DEFINE_F16C_HALF(fwd)
+DEFINE_F16C_HALF(back)
+
+/* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
+ * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
+#define DEFINE_F16C_INTER(DIR)                                                \
+__attribute__((target("avx2,f16c")))                                          \
+static void f16c_inter_##DIR(const pe_rope_loop *L)                           \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    const __m256 sign = _mm256_loadu_ps(inter_sign_##DIR##_f32);              \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(uint16_t)                                                \
+        for (ptrdiff_t i = 0; i < 2 * h; i += 8) {                            \
+            const __m256 xv = F16_LOAD(x + i);                                \
+            const __m256 sv = TSIN_##DIR(_mm256, ps, F16_LOAD(s + i));        \
+            const __m256 p = _mm256_xor_ps(                                   \
+                _mm256_mul_ps(_mm256_permute_ps(xv, 0xB1), sv), sign);        \
+            F16_STORE(y + i, _mm256_add_ps(_mm256_mul_ps(xv, F16_LOAD(c + i)), p)); \
+        }                                                                     \
+        COPY_TAIL(uint16_t)                                                   \
+    }                                                                         \
+}
+DEFINE_F16C_INTER(fwd)
+DEFINE_F16C_INTER(back)
+
+static int rope_f16_vector(const pe_rope_loop *L, int inter, int back)
+{
+    static const pe_rope_fn fns[2][2] = {{f16c_half_fwd, f16c_half_back},
+                                         {f16c_inter_fwd, f16c_inter_back}};
+    const ptrdiff_t h = L->r / 2;
+    if (L->x_inner != 2 || L->y_inner != 2 || L->cos_inner != 2 || L->sin_inner != 2 ||
+        h <= 0 || (inter ? (2 * h) % 8 : h % 8) != 0)
+        return 0;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c"))
+        return 0;
+    fns[inter][back](L);
+    return 1;
+}
+#else
+static int rope_f16_vector(const pe_rope_loop *L, int inter, int back)
+{
+    (void)L;
+    (void)inter;
+    (void)back;
+    return 0;
+}
 #endif
 
 /* ------------------------------------------------------------------ */
