@@ -52,6 +52,7 @@ from ._rope import (  # noqa: E402
     rope_cos_sin,
     rope_inv_freq,
     rotate_half,
+    rotate_pairs,
 )
 
 from ._threads import get_num_threads, set_num_threads
@@ -80,6 +81,7 @@ __all__ = [
     "rope_cos_sin",
     "rope_inv_freq",
     "rotate_half",
+    "rotate_pairs",
     "get_num_threads",
     "set_num_threads",
     "__version__",

@@ -82,11 +82,11 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
     return out
 
 
-def _lengths(lengths: Any, max_length: int) -> np.ndarray:
+def _lengths(lengths: Any, max_length: int, limit: str = "max_length") -> np.ndarray:
     n = _checks.int_vector(lengths, "lengths")      # one length per sequence
     if n.size and (int(n.min()) < 0 or int(n.max()) > max_length):
         raise ValueError(
-            f"lengths must be in [0, max_length={max_length}], got "
+            f"lengths must be in [0, {limit}={max_length}], got "
             f"[{int(n.min())}, {int(n.max())}]")
     return n
 
@@ -154,7 +154,7 @@ def padding_to_attention_mask(mask: Any, *, true_means: str = "attend") -> np.nd
     if m.ndim != 2:
         raise ValueError(
             f"mask must have shape (batch, key_length) or (batch, key_length, 1), got {m.shape}")
-    if true_means not in ("attend", "padding"):
+    if not isinstance(true_means, str) or true_means not in ("attend", "padding"):
         raise ValueError(f"true_means must be 'attend' or 'padding', got {true_means!r}")
     keep = m if true_means == "attend" else ~m
     return keep[:, None, None, :].copy()
@@ -224,6 +224,7 @@ def attention_mask(query_length: int, key_length: int | None = None, *,
         mask = np.ones((q, k), dtype=np.bool_)
     if lengths is None:
         return mask
+    _lengths(lengths, k, "key_length")      # names key_length when it is too short
     keys = padding_to_attention_mask(padding_mask(lengths, k, side=side))
     return mask[None, None] & keys
 

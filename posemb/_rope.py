@@ -25,6 +25,7 @@ __all__ = [
     "apply_rope",
     "apply_rotary_pos_emb",
     "rotate_half",
+    "rotate_pairs",
     "neg_half",
     "precompute_freqs_cis",
     "apply_rotary_emb",
@@ -158,8 +159,18 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
 
 
 def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
-            dtype: np.dtype, attention_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Full-width (cos, sin) for int64 positions of any shape (checked)."""
+            dtype: np.dtype, attention_scale: float = 1.0,
+            width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Full-width (cos, sin) for int64 positions of any shape (checked).
+
+    ``width`` odd (``2 * len(inv_freq) + 1``): the last column is cos 1, sin 0,
+    the unpaired feature passing through unchanged (TorchLean's total RoPE).
+    """
+    if width is not None and width % 2:
+        cos, sin = _tables(positions, inv_freq, interleaved, dtype, attention_scale)
+        one = np.ones(positions.shape + (1,), dtype=cos.dtype)
+        return (np.concatenate((cos, one), axis=-1),
+                np.concatenate((sin, np.zeros_like(one)), axis=-1))
     flat = _checks.c_array(positions.reshape(-1))
     inv = _checks.c_array(inv_freq, np.float64)
     width = 2 * inv.shape[0]
@@ -189,7 +200,9 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     positions : array_like of int
         Positions ``>= 0``, any shape.
     dim : int
-        Rotary width; even.
+        Rotary width, ``>= 0``.  Odd: ``dim // 2`` pairs with frequencies
+        ``base ** (-2i / dim)``, and a last column of cos 1, sin 0 (the
+        unpaired feature passes through, as TorchLean's RoPE spec defines it).
     base : float
         RoPE base (``rope_theta``).
     interleaved : bool
@@ -230,7 +243,7 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)
-    return _tables(pos, inv, _checks.flag(interleaved, "interleaved"), dt, attn)
+    return _tables(pos, inv, _checks.flag(interleaved, "interleaved"), dt, attn, width=dim)
 
 
 def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, Any, Any]:
@@ -250,10 +263,12 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
-    if r % 2:
-        raise ValueError(f"cos/sin width must be even (pairs rotate together), got {r}")
     if r > d:
         raise ValueError(f"cos/sin width ({r}) must not exceed {name}'s last axis ({d})")
+    if r % 2:
+        # the unpaired last feature passes through unchanged (TorchLean's
+        # total RoPE): rotate the r - 1 paired features, copy the rest
+        cos, sin = cos[..., :r - 1], sin[..., :r - 1]
     return x, cos, sin
 
 
@@ -271,8 +286,36 @@ def _explain_failure(x: Any, cos: Any, sin: Any, out: Any, name: str) -> None:
         _checks.out_operand(out, lead + (x.shape[-1],))
 
 
+def _tables_along(x: Any, cos: Any, sin: Any, seq_axis: Any) -> tuple[Any, Any]:
+    """Tables whose position axis (their second to last) lines up with
+    ``x``'s ``seq_axis``: singleton axes go in after it."""
+    if seq_axis is None:
+        return cos, sin
+    ndim = len(x.shape)
+    sa = _seq_axis(seq_axis, ndim)
+    k = ndim - 2 - sa
+    if k == 0:
+        return cos, sin
+    grow = (lambda t: t.reshape(tuple(t.shape[:-1]) + (1,) * k + tuple(t.shape[-1:]))
+            if len(t.shape) >= 2 else t)
+    return grow(cos), grow(sin)
+
+
+def _seq_axis(seq_axis: Any, ndim: int) -> int:
+    """``seq_axis`` as a non-negative axis of an ``ndim``-d array, not the
+    feature axis (the last)."""
+    a = _checks.size(seq_axis, "seq_axis", minimum=-(2**31))
+    if not -ndim <= a < ndim:
+        raise ValueError(
+            f"seq_axis={seq_axis} is out of range for an array of {ndim} dimension(s)")
+    a = a % ndim
+    if a == ndim - 1:
+        raise ValueError(f"seq_axis={seq_axis} is the feature axis (the last); it must differ")
+    return a
+
+
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
-               out: np.ndarray | None = None) -> Any:
+               seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Rotate ``x`` by the tables: ``y = x*cos + rotate(x)*sin`` in one pass.
 
     A NumPy generalized ufunc over ``(d),(r),(r)->(d)``: ``cos``/``sin`` broadcast
@@ -286,8 +329,15 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     Parameters
     ----------
     x : array_like, float16/32/64, shape ``(..., d)``
-    cos, sin : array_like, shape broadcastable to ``(..., r)``, ``r`` even ``<= d``
+    cos, sin : array_like, shape broadcastable to ``(..., r)``, ``r <= d``
+        An odd ``r`` (tables of :func:`rope_cos_sin` with an odd ``dim``):
+        feature ``r - 1`` has no partner and passes through unchanged.
     interleaved : bool
+    seq_axis : int, optional
+        The axis of ``x`` that the tables' position axis (their second to
+        last) runs along.  Default: the second to last, i.e. ``x`` is
+        ``(..., seq, d)`` as in HF's ``(batch, heads, seq, head_dim)``; pass
+        ``seq_axis=1`` for Meta's / flash-attn's ``(batch, seq, heads, head_dim)``.
     out : numpy.ndarray, optional
 
     Examples
@@ -298,13 +348,17 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> y = posemb.apply_rope(x, cos, sin)
     >>> y.shape, bool(np.allclose(np.linalg.norm(y, axis=-1), np.sqrt(8)))
     ((2, 5, 8), True)
+    >>> xb = np.ones((1, 5, 2, 8), np.float32)       # (batch, seq, heads, head_dim)
+    >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
+    True
     """
     x, cos, sin = _rope_operands(x, cos, sin)
+    cos, sin = _tables_along(x, cos, sin, seq_axis)
     return _run(_kind(interleaved, False), x, cos, sin, out)
 
 
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
-                        out: np.ndarray | None = None) -> Any:
+                        seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Gradient of :func:`apply_rope` with respect to ``x`` (its adjoint).
 
     For tables made by :func:`rope_cos_sin` this is the inverse rotation
@@ -320,6 +374,7 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     True
     """
     grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
+    cos, sin = _tables_along(grad, cos, sin, seq_axis)
     return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")
 
 
@@ -381,6 +436,34 @@ def rotate_half(x: Any) -> Any:
     if x.shape[-1] % 2:
         raise ValueError(f"x's last axis must have even length, got {x.shape[-1]}")
     return _core.rotate_half(x)
+
+
+def rotate_pairs(x: Any) -> np.ndarray:
+    """TorchLean's ``rotatePairs``: ``(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...)``.
+
+    The interleaved counterpart of :func:`rotate_half` (GPT-J's
+    ``rotate_every_two``): each pair ``(x_2i, x_2i+1)`` is multiplied by
+    ``[[0, -1], [1, 0]]``.  Total, as the spec defines it: with an odd last
+    axis the unpaired last entry is left unchanged.  So
+    ``x * cos + rotate_pairs(x) * sin`` with interleaved tables from
+    :func:`rope_cos_sin` is :func:`apply_rope` with ``interleaved=True``.
+
+    Examples
+    --------
+    >>> import numpy as np, posemb
+    >>> posemb.rotate_pairs(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    array([-2.,  1., -4.,  3.,  5.])
+    """
+    x = _checks.float_operand(x, "x")
+    if len(x.shape) == 0:
+        raise ValueError("x must have at least one dimension")
+    x = np.asarray(x)
+    p = 2 * (x.shape[-1] // 2)
+    out = np.empty_like(x)
+    np.negative(x[..., 1:p:2], out=out[..., 0:p:2])
+    out[..., 1:p:2] = x[..., 0:p:2]
+    out[..., p:] = x[..., p:]
+    return out
 
 
 def neg_half(x: Any, axis: int = -1) -> Any:
@@ -488,7 +571,9 @@ def compute_frequencies(dim: int, seq_len: int, base: float = 10000.0) -> np.nda
            [1. , 0.1],
            [2. , 0.2]])
     """
-    inv = rope_inv_freq(dim, base)
+    # the Julia package's RoPE takes even sizes only (its 0:2:dim-1 would
+    # give an odd dim (dim + 1) / 2 frequencies)
+    inv = rope_inv_freq(_checks.even_size(dim, "dim"), base)
     seq_len = _checks.size(seq_len, "seq_len")
     return np.outer(np.arange(seq_len, dtype=np.float64), inv)
 
@@ -499,7 +584,8 @@ class RoPE:
     Parameters
     ----------
     head_size : int
-        Features per head (even, unless ``rotary_dim`` is given).
+        Features per head, ``>= 0``.  Odd: the last feature passes through
+        unchanged (TorchLean's total RoPE).
     seq_len : int
         Positions cached up front; later positions extend the cache.
     base : float
@@ -509,8 +595,8 @@ class RoPE:
     interleaved : bool
         Pairs ``(2i, 2i+1)`` (GPT-J, Meta) instead of ``(i, i + r/2)`` (HF, NeoX).
     rotary_dim : int, optional
-        Partial rotary: only the first ``rotary_dim`` (even) features rotate,
-        with frequencies built over ``rotary_dim``.
+        Partial rotary: only the first ``rotary_dim`` features rotate, with
+        frequencies built over ``rotary_dim`` (odd: its last feature passes through).
     dtype : float16, float32 or float64
         dtype of :attr:`cos_cached`/:attr:`sin_cached`.  Inputs of another
         float dtype use tables of their own dtype (made once and cached).
@@ -531,6 +617,10 @@ class RoPE:
     ``positions`` (integers broadcastable to ``x.shape[:-1]``).  ``offset`` may
     be an integer array of shape ``(batch,)``: sequence ``b`` (axis 0 of ``x``)
     is at ``offset[b] .. offset[b]+seq-1`` (batched decoding with a KV cache).
+    The sequence axis is the second to last (HF's ``(batch, heads, seq,
+    head_dim)``); for Meta's / flash-attn's ``(batch, seq, heads, head_dim)``
+    pass ``seq_axis=1`` (to the call, :meth:`apply_qk` and :meth:`backward`):
+    without it such an array would be rotated along its heads axis.
 
     Examples
     --------
@@ -545,6 +635,9 @@ class RoPE:
     >>> q = np.ones((3, 8, 1, 64), np.float32)      # (batch, heads, seq, head_size)
     >>> rope(q, offset=np.array([7, 40, 3])).shape  # each sequence at its own position
     (3, 8, 1, 64)
+    >>> xm = np.ones((2, 100, 8, 64), np.float32)   # Meta: (batch, seq, heads, head_size)
+    >>> rope(xm, seq_axis=1).shape
+    (2, 100, 8, 64)
     """
 
     #: cache no more than this many bytes per table unless seq_len asks for more
@@ -554,11 +647,11 @@ class RoPE:
                  scale: float = 1.0, interleaved: bool = False,
                  rotary_dim: int | None = None, dtype: Any = np.float32,
                  scaling: Any = None, max_position_embeddings: int | None = None) -> None:
-        self.head_size = _checks.size(head_size, "head_size", minimum=1)
+        self.head_size = _checks.size(head_size, "head_size")
         if rotary_dim is None:
-            self.rotary_dim = _checks.even_size(head_size, "head_size", minimum=2)
+            self.rotary_dim = self.head_size
         else:
-            self.rotary_dim = _checks.even_size(rotary_dim, "rotary_dim", minimum=2)
+            self.rotary_dim = _checks.size(rotary_dim, "rotary_dim")
             if self.rotary_dim > self.head_size:
                 raise ValueError(
                     f"rotary_dim ({self.rotary_dim}) must not exceed head_size ({self.head_size})")
@@ -639,14 +732,15 @@ class RoPE:
             rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
             inv, attn = self._frequencies(key, need)
             cos, sin = _tables(np.arange(rows, dtype=np.int64), inv,
-                               self.interleaved, dtype, attn)
+                               self.interleaved, dtype, attn, self.rotary_dim)
             cos.flags.writeable = False
             sin.flags.writeable = False
             self._cache[(dtype, key)] = (cos, sin)
             return cos, sin
 
     def _max_rows(self, dtype: np.dtype) -> int:
-        return max(self.seq_len, self.max_cache_bytes // (self.rotary_dim * dtype.itemsize))
+        return max(self.seq_len,
+                   self.max_cache_bytes // (max(self.rotary_dim, 1) * dtype.itemsize))
 
     def cos_sin(self, positions: Any = None, *, offset: int = 0, seq_len: int | None = None,
                 dtype: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -684,7 +778,7 @@ class RoPE:
         # length: compute just these rows
         inv, attn = self._frequencies(key, stop)
         return _tables(np.arange(start, stop, dtype=np.int64), inv,
-                       self.interleaved, dtype, attn)
+                       self.interleaved, dtype, attn, self.rotary_dim)
 
     def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         top = int(pos.max()) + 1 if pos.size else 0
@@ -693,7 +787,7 @@ class RoPE:
             cos, sin = self._cached_tables(dtype, top, key)
             return cos[pos], sin[pos]
         inv, attn = self._frequencies(key, top)
-        return _tables(pos, inv, self.interleaved, dtype, attn)
+        return _tables(pos, inv, self.interleaved, dtype, attn, self.rotary_dim)
 
     def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
         """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""
@@ -750,17 +844,44 @@ class RoPE:
                 f"{shape[:-1]}")
         return self._gather_tables(dt, pos)
 
+    def _along(self, method: Any, x: Any, positions: Any, offset: Any, out: Any,
+               seq_axis: Any, name: str) -> Any:
+        """Run ``method`` on views of ``x`` (and ``positions``, ``out``) whose
+        sequence axis is ``seq_axis`` moved to the second to last place; the
+        result has ``x``'s own layout."""
+        ndim = len(x.shape)
+        sa = _seq_axis(seq_axis, ndim)
+        if positions is not None:
+            pos = _checks.positions_array(positions)
+            try:
+                pos = np.broadcast_to(pos, tuple(x.shape[:-1]))
+            except ValueError:
+                raise ValueError(
+                    f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = "
+                    f"{tuple(x.shape[:-1])}") from None
+            positions = np.moveaxis(pos, sa, -1)
+        if out is None and isinstance(x, np.ndarray):
+            out = np.empty(x.shape, dtype=x.dtype)
+        if out is None:      # a ufunc-protocol array (dask): NumPy's moveaxis views
+            return np.moveaxis(method(np.moveaxis(x, sa, -2), positions, offset=offset),
+                               -2, sa)
+        out = _checks.out_operand(out, tuple(x.shape), "out")
+        method(np.moveaxis(x, sa, -2), positions, offset=offset, out=np.moveaxis(out, sa, -2))
+        return out
+
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
-                 out: np.ndarray | None = None) -> Any:
+                 seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
         x = _checks.float_operand(x, "x")
+        if seq_axis is not None and _seq_axis(seq_axis, len(x.shape)) != len(x.shape) - 2:
+            return self._along(self.__call__, x, positions, offset, out, seq_axis, "x")
         cos, sin = self._tables_for(x, positions, offset, "x")
         return _run(_kind(self.interleaved, False), x, cos, sin, out)
 
     forward = __call__
 
     def apply_qk(self, q: Any, k: Any, positions: Any = None, *, offset: Any = 0,
-                 inplace: bool = False) -> tuple[Any, Any]:
+                 seq_axis: int | None = None, inplace: bool = False) -> tuple[Any, Any]:
         """Rotate queries and keys with one set of tables (grouped-query attention).
 
         ``q`` is ``(..., q_heads, seq, head_size)`` and ``k`` is
@@ -792,6 +913,24 @@ class RoPE:
                 if not t.dtype.isnative:   # float_operand would rotate a native copy
                     raise ValueError(f"inplace=True needs {name} in native byte order, "
                                      f"got {t.dtype}")
+        if seq_axis is not None:
+            qa = _seq_axis(seq_axis, len(np.shape(q)))
+            ka = _seq_axis(seq_axis, len(np.shape(k)))
+            if qa != len(np.shape(q)) - 2 or ka != len(np.shape(k)) - 2:
+                if positions is not None:
+                    pos = _checks.positions_array(positions)
+                    try:
+                        pos = np.broadcast_to(pos, tuple(np.shape(q)[:-1]))
+                    except ValueError:
+                        raise ValueError(
+                            f"positions of shape {pos.shape} must broadcast to q.shape[:-1] "
+                            f"= {tuple(np.shape(q)[:-1])}") from None
+                    positions = np.moveaxis(pos, qa, -1)
+                qv, kv = self.apply_qk(np.moveaxis(q, qa, -2), np.moveaxis(k, ka, -2),
+                                       positions, offset=offset, inplace=inplace)
+                if inplace:
+                    return q, k
+                return np.moveaxis(qv, -2, qa), np.moveaxis(kv, -2, ka)
         q = _checks.float_operand(q, "q")
         k = _checks.float_operand(k, "k")
         if len(k.shape) == 0 or k.shape[-1] != self.head_size:
@@ -888,7 +1027,7 @@ class RoPE:
                                  offset=offset, out=out)
 
     def backward(self, grad: Any, positions: Any = None, *, offset: Any = 0,
-                 out: np.ndarray | None = None) -> Any:
+                 seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.
 
         (With a yarn/longrope attention factor ``a`` the forward is ``a``
@@ -903,5 +1042,7 @@ class RoPE:
         True
         """
         grad = _checks.float_operand(grad, "grad")
+        if seq_axis is not None and _seq_axis(seq_axis, len(grad.shape)) != len(grad.shape) - 2:
+            return self._along(self.backward, grad, positions, offset, out, seq_axis, "grad")
         cos, sin = self._tables_for(grad, positions, offset, "grad")
         return _run(_kind(self.interleaved, True), grad, cos, sin, out, "grad")

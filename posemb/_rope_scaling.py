@@ -140,7 +140,8 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     Parameters
     ----------
     dim : int
-        Rotary width (``head_dim * partial_rotary_factor``); even.
+        Rotary width (``head_dim * partial_rotary_factor``), ``>= 0``; an odd
+        width has ``dim // 2`` pairs and its last feature passes through.
     base : float
         ``rope_theta``.
     scaling : dict or None
@@ -179,7 +180,8 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     >>> round(attn, 6)
     1.138629
     """
-    dim = _checks.even_size(dim, "dim")
+    # an odd width has dim // 2 pairs (the last feature passes through)
+    dim = _checks.size(dim, "dim")
     base = _checks.positive_float(base, "base")
     cfg = normalize_scaling(scaling)
     rope_type = cfg["rope_type"]
@@ -188,7 +190,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
                                                "max_position_embeddings", minimum=1)
     if seq_len is not None:
         seq_len = _checks.size(seq_len, "seq_len")
-    exponents = np.arange(0, dim, 2, dtype=np.float64) / dim
+    exponents = 2.0 * np.arange(dim // 2, dtype=np.float64) / max(dim, 1)
     plain = base ** -exponents
 
     if rope_type == "default":

@@ -202,12 +202,14 @@ class AbsolutePE:
 
     Notes
     -----
-    ``pe(x, *, start=0, out=None, seq_axis=-2, feature_axis=-1)`` returns
+    ``pe(x, *, start=0, out=None, seq_axis=None, feature_axis=None)`` returns
     ``x`` plus the rows ``start .. start+seq-1`` of the table, added along
-    ``seq_axis`` and ``feature_axis`` and broadcast over the other axes.  The
-    Julia layout ``(seq_len, features, batch)`` is NumPy's
-    ``(batch, features, seq_len)`` (same memory): pass ``seq_axis=-1,
-    feature_axis=-2``.  ``seq + start > max_length`` is a ValueError.  For
+    ``seq_axis`` and ``feature_axis`` (default -2 and -1) and broadcast over
+    the other axes.  The Julia layout ``(seq_len, features, batch)`` is
+    NumPy's ``(batch, features, seq_len)`` (same memory): pass
+    ``seq_axis=-1, feature_axis=-2``.  Where the layout cannot be told from
+    the shape (both of the last two axes have ``embedding_size`` entries),
+    leaving the axes out is a ValueError rather than a guess.  ``seq + start > max_length`` is a ValueError.  For
     float32/float64 ``x`` the table is used in ``x``'s dtype (made once and
     cached); float16 sums are rounded once from float64.
 
@@ -259,15 +261,29 @@ class AbsolutePE:
         return table
 
     def __call__(self, x: Any, *, start: int = 0, out: np.ndarray | None = None,
-                 seq_axis: int = -2, feature_axis: int = -1) -> Any:
+                 seq_axis: int | None = None, feature_axis: int | None = None) -> Any:
         """``x`` plus the table rows ``start .. start+seq-1``; see the class docstring."""
         x = _checks.float_operand(x, "x")
         ndim = len(x.shape)
         if ndim < 2:
             raise ValueError(
                 f"x must have a sequence and a feature axis, got shape {tuple(x.shape)}")
-        sa = _axis(seq_axis, ndim, "seq_axis")
-        fa = _axis(feature_axis, ndim, "feature_axis")
+        if seq_axis is None and feature_axis is None:
+            e = self.embedding_size
+            if x.shape[-1] == e and x.shape[-2] == e and e > 1:
+                # (..., seq, features) and Julia's (..., features, seq) look
+                # alike: adding the table transposed would be silent
+                raise ValueError(
+                    f"x of shape {tuple(x.shape)} has embedding_size={e} entries on both "
+                    "of its last two axes: pass seq_axis= and feature_axis= (-2, -1 for "
+                    "(..., seq, features); -1, -2 for the Julia layout (..., features, seq))")
+            if x.shape[-1] != e and x.shape[-2] == e:
+                raise ValueError(
+                    f"x's last axis must have embedding_size={e} entries, got shape "
+                    f"{tuple(x.shape)}; for the Julia layout (..., features, seq) pass "
+                    "seq_axis=-1, feature_axis=-2")
+        sa = _axis(-2 if seq_axis is None else seq_axis, ndim, "seq_axis")
+        fa = _axis(-1 if feature_axis is None else feature_axis, ndim, "feature_axis")
         if sa == fa:
             raise ValueError(f"seq_axis and feature_axis must differ, both are axis {sa}")
         if x.shape[fa] != self.embedding_size:

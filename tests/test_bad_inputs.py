@@ -46,6 +46,15 @@ class Spec:
         self.oracle, self.tol = oracle, tol
 
 
+def _rotate_pairs_oracle(x):
+    """TorchLean's rotatePairs as a signed permutation: output i takes input
+    i + 1 negated (i even) or i - 1 (i odd); an unpaired last entry stays."""
+    d = x.shape[-1]
+    perm = [i + 1 if i % 2 == 0 else i - 1 for i in range(d - d % 2)] + [d - 1] * (d % 2)
+    sign = [-1.0 if i % 2 == 0 else 1.0 for i in range(d - d % 2)] + [1.0] * (d % 2)
+    return x[..., perm] * np.array(sign)
+
+
 def _x(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
@@ -280,10 +289,10 @@ CONFIG_BAD = [
 
 SPECS = [
     Spec("rope_inv_freq", posemb.rope_inv_freq, dict(dim=8, base=10000.0),
-         dict(dim=(SIZE, dict(odd=True)), base=(REAL, dict(positive=True)))),
+         dict(dim=(SIZE, {}), base=(REAL, dict(positive=True)))),
     Spec("rope_cos_sin", posemb.rope_cos_sin,
          dict(positions=np.arange(3), dim=8, base=10000.0, interleaved=False, dtype=np.float32),
-         dict(positions=(POS, dict(err=ValueError, top=2**53)), dim=(SIZE, dict(odd=True)),
+         dict(positions=(POS, dict(err=ValueError, top=2**53)), dim=(SIZE, {}),
               base=(REAL, dict(positive=True)), interleaved=(FLAG, {}), dtype=(DTYPE, {}))),
     Spec("apply_rope", posemb.apply_rope,
          dict(x=X, cos=COS, sin=SIN, interleaved=False, out=None),
@@ -310,6 +319,9 @@ SPECS = [
     Spec("rotate_half", posemb.rotate_half, dict(x=X),
          dict(x=(F, dict(bad_shapes=[(), (3, 7), (0, 5)]))),
          oracle=lambda x: R.rotate_half(np.array(x, np.float64))),
+    Spec("rotate_pairs", posemb.rotate_pairs, dict(x=X),
+         dict(x=(F, dict(bad_shapes=[()]))),
+         oracle=lambda x: _rotate_pairs_oracle(np.array(x, np.float64))),
     Spec("neg_half", posemb.neg_half, dict(x=X, axis=-1),
          dict(x=(F, dict(bad_shapes=[(), (3, 7)])),
               axis=(OFFSET, dict(bad=[(3, ValueError), (1, ValueError), (2**40, ValueError),
@@ -317,7 +329,7 @@ SPECS = [
          oracle=lambda x, axis: R.rotate_half(np.array(x, np.float64), axis)),
     Spec("precompute_freqs_cis", posemb.precompute_freqs_cis,
          dict(dim=8, end=5, theta=10000.0),
-         dict(dim=(SIZE, dict(odd=True)), end=(SIZE, {}), theta=(REAL, dict(positive=True)))),
+         dict(dim=(SIZE, {}), end=(SIZE, {}), theta=(REAL, dict(positive=True)))),
     Spec("apply_rotary_emb", posemb.apply_rotary_emb,
          dict(xq=_x((1, 3, 2, 8)), xk=_x((1, 3, 1, 8)),
               freqs_cis=posemb.precompute_freqs_cis(8, 3)),
@@ -332,10 +344,9 @@ SPECS = [
     Spec("RoPE", posemb.RoPE,
          dict(head_size=8, seq_len=6, base=10000.0, scale=1.0, interleaved=False, rotary_dim=6,
               dtype=np.float32),
-         dict(head_size=(SIZE, dict(minimum=1)), seq_len=(SIZE, {}),
+         dict(head_size=(SIZE, {}), seq_len=(SIZE, {}),
               base=(REAL, dict(positive=True)), scale=(REAL, {}), interleaved=(FLAG, {}),
-              rotary_dim=(SIZE, dict(minimum=2, odd=True, optional=True,
-                                     bad=[(10, ValueError)])),
+              rotary_dim=(SIZE, dict(optional=True, bad=[(10, ValueError)])),
               dtype=(DTYPE, {}))),
     Spec("RoPE.__call__", ROPE, dict(x=X, positions=None, offset=0, out=None),
          dict(x=(F, dict(bad_shapes=[(), (2, 3, 6), (8,)])),
@@ -373,8 +384,8 @@ SPECS = [
          dict(x=X, start=1, out=None, seq_axis=-2, feature_axis=-1),
          dict(x=(F, dict(bad_shapes=[(), (8,), (2, 3, 7), (2, 7, 8)])),
               start=(SIZE, dict(bad=[(4, ValueError)])), out=(OUT, {}),
-              seq_axis=(OFFSET, dict(bad=[(-1, ValueError), (3, ValueError), (2**70, ValueError)])),
-              feature_axis=(OFFSET, dict(bad=[(-2, ValueError), (-4, ValueError)])))),
+              seq_axis=(OFFSET, dict(optional=True, bad=[(-1, ValueError), (3, ValueError), (2**70, ValueError)])),
+              feature_axis=(OFFSET, dict(optional=True, bad=[(-2, ValueError), (-4, ValueError)])))),
     Spec("learned_pe_forward", posemb.learned_pe_forward,
          dict(x=X, weight=_x((6, 8)), positions=np.array([5, 0, 2]), offset=0, out=None),
          dict(x=(F, dict(bad_shapes=[(), (2, 3, 7)])),
@@ -480,6 +491,23 @@ SPECS = [
          dict(lengths=(POS, dict(err=ValueError, top=6, rank1=True)),
               max_length=(SIZE, dict(bad=[(4, ValueError)])), side=(CHOICE, {})),
          oracle=lambda **kw: R.padding_mask(**kw)),
+    Spec("attention_mask", posemb.attention_mask,
+         dict(query_length=3, key_length=5, lengths=np.array([2, 5]), causal=True, window=2,
+              query_offset=None, side="left"),
+         dict(query_length=(SIZE, {}), key_length=(SIZE, dict(optional=True, bad=[(1, ValueError)])),
+              lengths=(POS, dict(err=ValueError, top=6, rank1=True, optional=True)),
+              causal=(FLAG, {}), window=(SIZE, dict(minimum=1, optional=True)),
+              query_offset=(OFFSET, dict(optional=True, bad=[(2**62, ValueError)])),
+              side=(CHOICE, {})),
+         oracle=lambda query_length, key_length, lengths, causal, window, query_offset, side:
+         R.causal_mask(query_length, key_length, window=window, query_offset=query_offset)
+         & R.padding_mask(lengths, key_length, side=side)[:, None, None, :]),
+    Spec("padding_to_attention_mask", posemb.padding_to_attention_mask,
+         dict(mask=posemb.padding_mask([1, 3], 4), true_means="padding"),
+         dict(mask=(OTHER, dict(bad=[(np.ones((2, 4)), TypeError), (np.ones(4, bool), ValueError),
+                                     ("x", TypeError), (None, TypeError)])),
+              true_means=(CHOICE, {})),
+         oracle=lambda mask, true_means: ~np.asarray(mask)[:, None, None, :]),
     Spec("to_additive", posemb.to_additive, dict(mask=posemb.causal_mask(3), dtype=np.float16),
          dict(mask=(OTHER, dict(bad=[(np.ones((3, 3)), TypeError), (np.ones(3, int), TypeError),
                                      ("x", TypeError), (None, TypeError)])),
@@ -531,7 +559,7 @@ SPECS = [
          oracle=varlen_oracle, tol=1e-5),
     Spec("rope_scaling_parameters", posemb.rope_scaling_parameters,
          dict(dim=8, base=10000.0, scaling=DYN, max_position_embeddings=16, seq_len=32),
-         dict(dim=(SIZE, dict(odd=True, bad=[(2, ValueError)])), base=(REAL, dict(positive=True)),
+         dict(dim=(SIZE, dict(bad=[(2, ValueError)])), base=(REAL, dict(positive=True)),
               scaling=(SCALING, {}),
               max_position_embeddings=(SIZE, dict(minimum=1, optional=True,
                                                   bad=[(None, ValueError)])),

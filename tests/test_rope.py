@@ -527,8 +527,9 @@ def test_bad_inputs(rng):
         posemb.apply_rope(np.ones((2, 8), np.complex64), cos, sin)
     with pytest.raises(TypeError, match="cos"):
         posemb.apply_rope(x, cos.astype(np.int32), sin)
-    with pytest.raises(ValueError, match="even"):
-        posemb.apply_rope(x, cos[:, :7], sin[:, :7])
+    # an odd width is total (TorchLean): its unpaired last feature passes through
+    np.testing.assert_array_equal(posemb.apply_rope(x, cos[:, :7], sin[:, :7]),
+                                  posemb.apply_rope(x, cos[:, :6], sin[:, :6]))
     with pytest.raises(ValueError, match="exceed"):
         posemb.apply_rope(x[..., :4], cos, sin)
     with pytest.raises(ValueError, match="same width"):
@@ -543,8 +544,9 @@ def test_bad_inputs(rng):
         posemb.apply_rope(x, cos, sin, out=ro)
     with pytest.raises(ValueError):
         posemb.apply_rope(x, cos, sin, out=np.empty((2, 5, 6), np.float32))
-    with pytest.raises(ValueError, match="dim"):
-        posemb.rope_inv_freq(7)
+    # odd widths are total: dim // 2 frequencies base ** (-2i / dim)
+    np.testing.assert_allclose(posemb.rope_inv_freq(7), 10000.0 ** (-np.arange(3) * 2 / 7),
+                               rtol=1e-15)
     with pytest.raises(ValueError, match="base"):
         posemb.rope_inv_freq(8, base=-1.0)
     with pytest.raises(ValueError, match="base"):
@@ -560,11 +562,10 @@ def test_bad_inputs(rng):
     with pytest.raises(TypeError, match="dtype"):
         posemb.rope_cos_sin([1], 8, dtype=np.int32)
     with pytest.raises(ValueError, match="head_size"):
-        posemb.RoPE(7, 10)
+        posemb.RoPE(-1, 10)
     with pytest.raises(ValueError, match="rotary_dim"):
         posemb.RoPE(8, 10, rotary_dim=16)
-    with pytest.raises(ValueError, match="rotary_dim"):
-        posemb.RoPE(8, 10, rotary_dim=3)
+    assert posemb.RoPE(7, 10).rotary_dim == 7            # odd sizes are total
     with pytest.raises(ValueError, match="seq_len"):
         posemb.RoPE(8, -1)
     rope = posemb.RoPE(8, 10)

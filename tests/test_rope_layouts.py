@@ -1,0 +1,166 @@
+"""RoPE in the layouts users hold and for every head size.
+
+- ``seq_axis=``: Meta's / flash-attn's ``(batch, seq, heads, head_dim)`` is
+  rotated along the sequence axis, equal to HF's ``(batch, heads, seq,
+  head_dim)`` result transposed, for the functions and the ``RoPE`` module.
+- Odd and tiny head sizes, as TorchLean's total RoPE spec defines them: the
+  pairs rotate and the unpaired last feature passes through unchanged.
+
+The oracle is written here from the RoFormer definition in float64 (angles
+``p * base ** (-2i / d)``), independent of posemb's tables.
+"""
+import numpy as np
+import pytest
+
+import posemb
+
+
+def oracle(x, positions, d_rot, base=10000.0, interleaved=False):
+    """RoPE of x (..., seq, d) at positions (seq,), float64, pair by pair."""
+    x = np.asarray(x, dtype=np.float64)
+    y = x.copy()
+    half = d_rot // 2
+    for i in range(half):
+        theta = np.asarray(positions, dtype=np.float64) * base ** (-2.0 * i / d_rot)
+        c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+        a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
+        xa, xb = x[..., a], x[..., b]
+        y[..., a] = xa * c[:, 0] - xb * s[:, 0]
+        y[..., b] = xb * c[:, 0] + xa * s[:, 0]
+    return y
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_apply_rope_seq_axis_for_batch_seq_heads_dim(rng, interleaved):
+    b, s, h, d = 2, 7, 3, 8
+    x_bshd = rng.standard_normal((b, s, h, d))
+    cos, sin = posemb.rope_cos_sin(np.arange(s), d, interleaved=interleaved, dtype=np.float64)
+    got = posemb.apply_rope(x_bshd, cos, sin, interleaved=interleaved, seq_axis=1)
+    x_bhsd = x_bshd.transpose(0, 2, 1, 3)
+    want = oracle(x_bhsd, np.arange(s), d, interleaved=interleaved).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # the same bits as the HF-layout call, transposed
+    same = posemb.apply_rope(x_bhsd, cos, sin, interleaved=interleaved).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(got, same)
+    back = posemb.apply_rope_backward(got, cos, sin, interleaved=interleaved, seq_axis=1)
+    np.testing.assert_allclose(back, x_bshd, rtol=1e-12, atol=1e-12)
+    # seq_axis=-2 is the default
+    np.testing.assert_array_equal(
+        posemb.apply_rope(x_bhsd, cos, sin, interleaved=interleaved, seq_axis=-2),
+        posemb.apply_rope(x_bhsd, cos, sin, interleaved=interleaved))
+
+
+def test_rope_module_seq_axis_offsets_positions_out(rng):
+    b, s, h, d = 3, 5, 4, 16
+    rope = posemb.RoPE(d, 64, dtype=np.float64)
+    x = rng.standard_normal((b, s, h, d))
+    xt = x.transpose(0, 2, 1, 3)                      # the HF layout, (b, h, s, d)
+    for kwargs in ({}, {"offset": 9}, {"offset": np.array([0, 20, 3])}):
+        got = rope(x, seq_axis=1, **kwargs)
+        assert got.shape == x.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, rope(xt, **kwargs).transpose(0, 2, 1, 3))
+    offs = np.array([0, 20, 3])
+    for bi in range(b):
+        want = oracle(xt[bi], offs[bi] + np.arange(s), d)
+        np.testing.assert_allclose(rope(x, seq_axis=1, offset=offs)[bi].transpose(1, 0, 2),
+                                   want, rtol=1e-12, atol=1e-12)
+    pos = rng.integers(0, 60, size=(b, s, 1))          # per token, shared by the heads
+    got = rope(x, pos, seq_axis=1)
+    for bi in range(b):
+        want = oracle(xt[bi], pos[bi, :, 0], d)
+        np.testing.assert_allclose(got[bi].transpose(1, 0, 2), want, rtol=1e-12, atol=1e-12)
+    out = np.empty_like(x)
+    assert rope(x, seq_axis=1, offset=2, out=out) is out
+    np.testing.assert_array_equal(out, rope(xt, offset=2).transpose(0, 2, 1, 3))
+    np.testing.assert_allclose(rope.backward(out, seq_axis=1, offset=2), x,
+                               rtol=1e-12, atol=1e-12)
+    q = x.copy()
+    k = rng.standard_normal((b, s, 2, d))               # grouped-query: 2 kv heads
+    qr, kr = rope.apply_qk(q, k, seq_axis=1, offset=offs)
+    np.testing.assert_array_equal(qr, rope(x, seq_axis=1, offset=offs))
+    np.testing.assert_array_equal(kr, rope(k, seq_axis=1, offset=offs))
+    qi, ki = rope.apply_qk(q, k, seq_axis=1, offset=offs, inplace=True)
+    assert qi is q and ki is k
+    np.testing.assert_array_equal(q, qr)
+    np.testing.assert_array_equal(k, kr)
+
+
+def test_seq_axis_errors():
+    rope = posemb.RoPE(8, 16)
+    x = np.zeros((2, 3, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="seq_axis=-1 is the feature axis"):
+        rope(x, seq_axis=-1)
+    with pytest.raises(ValueError, match="seq_axis=4 is out of range"):
+        rope(x, seq_axis=4)
+    with pytest.raises(TypeError, match="seq_axis"):
+        rope(x, seq_axis="seq")
+    cos, sin = posemb.rope_cos_sin(np.arange(3), 8)
+    with pytest.raises(ValueError, match="seq_axis=3 is the feature axis"):
+        posemb.apply_rope(x, cos, sin, seq_axis=3)
+    with pytest.raises(ValueError, match=r"positions of shape \(5,\) must broadcast"):
+        rope(x, np.arange(5), seq_axis=1)
+
+
+@pytest.mark.parametrize("d", [0, 1, 2, 3, 5, 9, 64, 65])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_every_head_size_pairs_rotate_last_odd_feature_passes(rng, d, interleaved):
+    s = 6
+    x = rng.standard_normal((2, s, d))
+    cos, sin = posemb.rope_cos_sin(np.arange(s), d, interleaved=interleaved, dtype=np.float64)
+    assert cos.shape == (s, d)
+    if d % 2:
+        np.testing.assert_array_equal(cos[:, -1], 1.0)
+        np.testing.assert_array_equal(sin[:, -1], 0.0)
+    want = oracle(x, np.arange(s), d, interleaved=interleaved)
+    got = posemb.apply_rope(x, cos, sin, interleaved=interleaved)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    if d % 2:
+        np.testing.assert_array_equal(got[..., -1], x[..., -1])
+    rope = posemb.RoPE(d, s, interleaved=interleaved, dtype=np.float64)
+    np.testing.assert_allclose(rope(x), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rope.backward(rope(x)), x, rtol=1e-12, atol=1e-12)
+    if interleaved:
+        # TorchLean's spec: rope(x) = x * cos + rotatePairs(x) * sin
+        spec = x * cos + posemb.rotate_pairs(x) * sin
+        np.testing.assert_allclose(got, spec, rtol=1e-12, atol=1e-12)
+
+
+def test_rotate_pairs():
+    np.testing.assert_array_equal(posemb.rotate_pairs(np.array([1.0, 2.0, 3.0, 4.0])),
+                                  [-2.0, 1.0, -4.0, 3.0])
+    np.testing.assert_array_equal(posemb.rotate_pairs(np.array([[7.0], [8.0]])), [[7.0], [8.0]])
+    assert posemb.rotate_pairs(np.zeros((3, 0), np.float32)).shape == (3, 0)
+    with pytest.raises(TypeError, match="x must be a float16, float32 or float64"):
+        posemb.rotate_pairs(np.arange(4))
+
+
+def test_torch_odd_head_size_matches_numpy():
+    torch = pytest.importorskip("torch")
+    import posemb.torch as pt
+
+    rotary = pt.RotaryEmbedding(dim=7)
+    x = torch.randn(1, 2, 3, 7, dtype=torch.float64, requires_grad=True)
+    cos, sin = rotary(x, torch.arange(3)[None])
+    assert cos.shape == (1, 3, 7)
+    y = pt.apply_rope(x, cos, sin)
+    want = oracle(x.detach().numpy()[0], np.arange(3), 7)
+    np.testing.assert_allclose(y.detach().numpy()[0], want, rtol=1e-6, atol=1e-6)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad[..., -1].numpy(), 1.0)   # the last feature passes
+
+
+def test_absolute_pe_square_layout_is_not_guessed(rng):
+    # (batch, seq, features) and Julia's (batch, features, seq) with seq ==
+    # embedding_size look alike: the default refuses instead of adding the
+    # table transposed
+    pe = posemb.AbsolutePE(16, 32, dtype=np.float64)
+    x = rng.standard_normal((2, 16, 16))
+    with pytest.raises(ValueError, match="pass seq_axis= and feature_axis="):
+        pe(x)
+    table = posemb.sinusoidal(16, 16, dtype=np.float64)
+    np.testing.assert_array_equal(pe(x, seq_axis=-2, feature_axis=-1), x + table)
+    np.testing.assert_array_equal(pe(x, seq_axis=-1, feature_axis=-2), x + table.T)
+    # the Julia layout of another length says which keywords to pass
+    with pytest.raises(ValueError, match="seq_axis=-1, feature_axis=-2"):
+        pe(rng.standard_normal((2, 16, 5)))
+    np.testing.assert_array_equal(pe(np.zeros((2, 5, 16))), np.broadcast_to(table[:5], (2, 5, 16)))
