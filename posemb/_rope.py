@@ -116,6 +116,28 @@ def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> An
         raise
 
 
+_BF16_UFUNCS = (_core.rope_bf16_half_fwd, _core.rope_bf16_half_back,
+                _core.rope_bf16_inter_fwd, _core.rope_bf16_inter_back)
+
+
+def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotary kernel `kind` on bfloat16 values held as uint16 bit patterns
+    (views of torch bfloat16 tensors or ml_dtypes arrays): computed in
+    float32, rounded once to nearest even.  Returns a new uint16 array."""
+    r, d = cos.shape[-1], x.shape[-1]
+    if sin.shape[-1] != r:
+        raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
+    if r > d:
+        raise ValueError(f"cos/sin width ({r}) must not exceed x's last axis ({d})")
+    if r % 2:
+        cos, sin = cos[..., :r - 1], sin[..., :r - 1]
+    try:
+        return _BF16_UFUNCS[kind](x, cos, sin)
+    except ValueError:
+        _explain_failure(x, cos, sin, None, "x")
+        raise
+
+
 def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
                   max_position_embeddings: int | None = None,
                   seq_len: int | None = None) -> np.ndarray:

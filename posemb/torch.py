@@ -52,6 +52,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
         "(the rest of posemb works without it)") from e
 
 import posemb
+from posemb import _rope as _rope_bits
 
 __all__ = [
     "apply_rope",
@@ -162,6 +163,11 @@ def _rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     if dt in _TO_NUMPY and cos.dtype is dt and sin.dtype is dt:
         y = posemb.apply_rope(_array(x), _array(cos), _array(sin), interleaved=interleaved)
         return torch.from_numpy(y), dt
+    if dt is torch.bfloat16 and cos.dtype is dt and sin.dtype is dt:
+        # one pass: bfloat16 in, float32 maths, rounded once to bfloat16 out
+        y = _rope_bits._run_bf16_bits(2 * interleaved, _bf16_bits(x), _bf16_bits(cos),
+                                      _bf16_bits(sin))
+        return torch.from_numpy(y.view(np.int16)).view(torch.bfloat16), torch.float32
     out_dtype = _result_dtype(x, cos, sin)
     work = _work_dtype(out_dtype)
     y = posemb.apply_rope(_view(x, work), _view(cos, work), _view(sin, work),
@@ -175,6 +181,13 @@ def _array(t: torch.Tensor) -> np.ndarray:
         return t.numpy()
     except RuntimeError:   # requires grad (under no_grad), or a neg/conj bit
         return t.detach().resolve_neg().resolve_conj().numpy()
+
+
+def _bf16_bits(t: torch.Tensor) -> np.ndarray:
+    """A bfloat16 tensor's memory as a uint16 array (strides kept)."""
+    if t.is_neg():
+        t = t.resolve_neg()
+    return _array(t.view(torch.int16)).view(np.uint16)
 
 
 def _needs_grad(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:

@@ -277,6 +277,13 @@ static const rope_kernel rope_inter_fwd[3] = {{pe_rope_inter_fwd_f16, 2},
 static const rope_kernel rope_inter_back[3] = {{pe_rope_inter_back_f16, 2},
                                                {pe_rope_inter_back_f32, 4},
                                                {pe_rope_inter_back_f64, 8}};
+/* bfloat16 as uint16 bit patterns (posemb.torch's bfloat16 tensors) */
+static const rope_kernel rope_bf16_k[4] = {{pe_rope_half_fwd_bf16, 2},
+                                           {pe_rope_half_back_bf16, 2},
+                                           {pe_rope_inter_fwd_bf16, 2},
+                                           {pe_rope_inter_back_bf16, 2}};
+static const char rope_bf16_types[4] = {NPY_UINT16, NPY_UINT16, NPY_UINT16, NPY_UINT16};
+static void *rope_bf16_data[4][1];
 /* by kind: 0 half fwd, 1 half back, 2 interleaved fwd, 3 interleaved back */
 static const rope_kernel *const rope_by_kind[4] = {
     rope_half_fwd, rope_half_back, rope_inter_fwd, rope_inter_back};
@@ -595,6 +602,19 @@ register_rope(PyObject *m)
     ADD_ROPE("rope_inter_back", rope_inter_back,
              "Adjoint of rope_inter_fwd (its gradient), (d),(r),(r)->(d).")
 #undef ADD_ROPE
+    {
+        static const char *const names[4] = {"rope_bf16_half_fwd", "rope_bf16_half_back",
+                                             "rope_bf16_inter_fwd", "rope_bf16_inter_back"};
+        int i;
+        for (i = 0; i < 4; i++)
+            if (add_gufunc(m, names[i],
+                           "RoPE on bfloat16 bit patterns (uint16): computed in "
+                           "float32, rounded once to nearest even, (d),(r),(r)->(d).",
+                           rope_funcs, rope_bf16_data[i], &rope_bf16_k[i],
+                           sizeof(rope_kernel), 1, rope_bf16_types, 3, 1,
+                           "(d),(r),(r)->(d)", rope_core_dims) < 0)
+                return -1;
+    }
 
     if (add_gufunc(m, "rotate_half",
                    "rotate_half: concat(-x[h:], x[:h]) over an even axis, "

@@ -49,6 +49,9 @@
 /* ------------------------------------------------------------------ */
 float pe_half_to_float(uint16_t h);
 uint16_t pe_float_to_half(float f);
+/* bfloat16 (the top 16 bits of a binary32) <-> float32, nearest even */
+float pe_bf16_to_float(uint16_t b);
+uint16_t pe_float_to_bf16(float f);
 
 /*
  * Ask for the cache lines of [p, p + nbytes) ahead of use: a hint that
@@ -143,6 +146,11 @@ void pe_rope_inter_fwd_f64(const pe_rope_loop *a);
 void pe_rope_inter_back_f16(const pe_rope_loop *a);
 void pe_rope_inter_back_f32(const pe_rope_loop *a);
 void pe_rope_inter_back_f64(const pe_rope_loop *a);
+/* bfloat16 (uint16 bit patterns): computed in float32, rounded once */
+void pe_rope_half_fwd_bf16(const pe_rope_loop *a);
+void pe_rope_half_back_bf16(const pe_rope_loop *a);
+void pe_rope_inter_fwd_bf16(const pe_rope_loop *a);
+void pe_rope_inter_back_bf16(const pe_rope_loop *a);
 
 /*
  * Run a rotary kernel over L->n vectors on the thread pool (each part is

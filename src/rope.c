@@ -43,6 +43,8 @@
 
 #define LOAD_f16(p) pe_half_to_float(*(const uint16_t *)(const void *)(p))
 #define STORE_f16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_half(v))
+#define LOAD_bf16(p) pe_bf16_to_float(*(const uint16_t *)(const void *)(p))
+#define STORE_bf16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_bf16(v))
 #define LOAD_f32(p) (*(const float *)(const void *)(p))
 #define STORE_f32(p, v) (*(float *)(void *)(p) = (v))
 #define LOAD_f64(p) (*(const double *)(const void *)(p))
@@ -132,22 +134,23 @@ void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
     }                                                                         \
 }
 
-/* float16 with vector conversion where the CPU has it (rope_f16_vector,
- * below): 1 when it ran the whole call */
+/* float16/bfloat16 with vector conversion where the CPU has it
+ * (rope_f16_vector, rope_bf16_vector, below): 1 when it ran the whole call */
 static int rope_f16_vector(const pe_rope_loop *L, int inter, int back);
+static int rope_bf16_vector(const pe_rope_loop *L, int inter, int back);
 
-#define DEFINE_ROPE_HALFPREC(LAYOUT, DIR)                                     \
-void pe_rope_##LAYOUT##_##DIR##_f16(const pe_rope_loop *L)                    \
+#define DEFINE_ROPE_HALFPREC(LAYOUT, DIR, SUF)                                \
+void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    if (rope_f16_vector(L, IS_INTER_##LAYOUT, IS_BACK_##DIR))                  \
+    if (rope_##SUF##_vector(L, IS_INTER_##LAYOUT, IS_BACK_##DIR))              \
         return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         const char *x = L->x + k * L->x_step;                                 \
         const char *c = L->cos + k * L->cos_step;                             \
         const char *s = L->sin + k * L->sin_step;                             \
         char *y = L->y + k * L->y_step;                                       \
-        ROPE_STRIDED_BODY(LAYOUT, DIR, uint16_t, float, f16)                  \
+        ROPE_STRIDED_BODY(LAYOUT, DIR, uint16_t, float, SUF)                  \
     }                                                                         \
 }
 
@@ -159,10 +162,14 @@ DEFINE_ROPE_FAST(inter, fwd, float, f32)
 DEFINE_ROPE_FAST(inter, fwd, double, f64)
 DEFINE_ROPE_FAST(inter, back, float, f32)
 DEFINE_ROPE_FAST(inter, back, double, f64)
-DEFINE_ROPE_HALFPREC(half, fwd)
-DEFINE_ROPE_HALFPREC(half, back)
-DEFINE_ROPE_HALFPREC(inter, fwd)
-DEFINE_ROPE_HALFPREC(inter, back)
+DEFINE_ROPE_HALFPREC(half, fwd, f16)
+DEFINE_ROPE_HALFPREC(half, back, f16)
+DEFINE_ROPE_HALFPREC(inter, fwd, f16)
+DEFINE_ROPE_HALFPREC(inter, back, f16)
+DEFINE_ROPE_HALFPREC(half, fwd, bf16)
+DEFINE_ROPE_HALFPREC(half, back, bf16)
+DEFINE_ROPE_HALFPREC(inter, fwd, bf16)
+DEFINE_ROPE_HALFPREC(inter, back, bf16)
 
 /*
  * Half-split kernels for duplicated tables (cos[i + h] == cos[i] and
@@ -525,8 +532,96 @@ static int rope_f16_vector(const pe_rope_loop *L, int inter, int back)
     fns[inter][back](L);
     return 1;
 }
+
+/*
+ * bfloat16 with AVX2: widening is exact (the 16 bits become the top of a
+ * float32); the float32 result is rounded to nearest even by the integer
+ * rule of pe_float_to_bf16 (add 0x7fff plus the kept lsb, keep the top 16
+ * bits; NaN stays NaN, made quiet), 8 values at a time.
+ */
+#define BF16_LOAD(p) _mm256_castsi256_ps(_mm256_slli_epi32(                   \
+    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+__attribute__((target("avx2")))
+static inline void bf16_store(uint16_t *p, __m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(r),
+                                      _mm256_extracti128_si256(r, 1)));
+}
+
+#define DEFINE_BF16_HALF(DIR)                                                 \
+__attribute__((target("avx2")))                                               \
+static void avx2_bf16_half_##DIR(const pe_rope_loop *L)                       \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(uint16_t)                                                \
+        for (ptrdiff_t i = 0; i < h; i += 8) {                                \
+            const __m256 xa = BF16_LOAD(x + i), xb = BF16_LOAD(x + i + h);    \
+            const __m256 ca = BF16_LOAD(c + i), cb = BF16_LOAD(c + i + h);    \
+            const __m256 sa = BF16_LOAD(s + i), sb = BF16_LOAD(s + i + h);    \
+            __m256 ya, yb;                                                    \
+            F16C_ROT_##DIR(ya, yb, xa, xb, ca, cb, sa, sb);                   \
+            bf16_store(y + i, ya);                                            \
+            bf16_store(y + i + h, yb);                                        \
+        }                                                                     \
+        COPY_TAIL(uint16_t)                                                   \
+    }                                                                         \
+}
+DEFINE_BF16_HALF(fwd)
+DEFINE_BF16_HALF(back)
+
+#define DEFINE_BF16_INTER(DIR)                                                \
+__attribute__((target("avx2")))                                               \
+static void avx2_bf16_inter_##DIR(const pe_rope_loop *L)                      \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    const __m256 sign = _mm256_loadu_ps(inter_sign_##DIR##_f32);              \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(uint16_t)                                                \
+        for (ptrdiff_t i = 0; i < 2 * h; i += 8) {                            \
+            const __m256 xv = BF16_LOAD(x + i);                               \
+            const __m256 sv = TSIN_##DIR(_mm256, ps, BF16_LOAD(s + i));       \
+            const __m256 p = _mm256_xor_ps(                                   \
+                _mm256_mul_ps(_mm256_permute_ps(xv, 0xB1), sv), sign);        \
+            bf16_store(y + i, _mm256_add_ps(_mm256_mul_ps(xv, BF16_LOAD(c + i)), p)); \
+        }                                                                     \
+        COPY_TAIL(uint16_t)                                                   \
+    }                                                                         \
+}
+DEFINE_BF16_INTER(fwd)
+DEFINE_BF16_INTER(back)
+
+static int rope_bf16_vector(const pe_rope_loop *L, int inter, int back)
+{
+    static const pe_rope_fn fns[2][2] = {{avx2_bf16_half_fwd, avx2_bf16_half_back},
+                                         {avx2_bf16_inter_fwd, avx2_bf16_inter_back}};
+    const ptrdiff_t h = L->r / 2;
+    if (L->x_inner != 2 || L->y_inner != 2 || L->cos_inner != 2 || L->sin_inner != 2 ||
+        h <= 0 || (inter ? (2 * h) % 8 : h % 8) != 0)
+        return 0;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2"))
+        return 0;
+    fns[inter][back](L);
+    return 1;
+}
 #else
 static int rope_f16_vector(const pe_rope_loop *L, int inter, int back)
+{
+    (void)L;
+    (void)inter;
+    (void)back;
+    return 0;
+}
+static int rope_bf16_vector(const pe_rope_loop *L, int inter, int back)
 {
     (void)L;
     (void)inter;

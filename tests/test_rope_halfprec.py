@@ -126,31 +126,55 @@ def _bf16_round(a32):
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_bfloat16_through_torch_rounds_once(rng, interleaved):
+@pytest.mark.parametrize("d,r", [(64, 64), (24, 24), (20, 12), (10, 10)])
+def test_bfloat16_through_torch_rounds_once(rng, interleaved, d, r):
+    """Every bit pattern class (random bits: subnormals, huge values that
+    overflow, inf, NaN), vector and scalar widths, partial rotary, a
+    transposed q: torch's, ml_dtypes' and the ties-to-even rule's rounding
+    of the float32 result, bit for bit."""
     torch = pytest.importorskip("torch")
     ml_dtypes = pytest.importorskip("ml_dtypes")
     import posemb.torch as pt
-    b, h, s, d = 2, 4, 37, 64
-    x32 = rng.standard_normal((b, h, s, d)).astype(np.float32) * 3
-    xb = torch.from_numpy(x32).to(torch.bfloat16)
-    cos, sin = posemb.rope_cos_sin(np.arange(s), d, interleaved=interleaved)
-    cb, sb = torch.from_numpy(cos).to(torch.bfloat16), torch.from_numpy(sin).to(torch.bfloat16)
-    got = pt.apply_rope(xb, cb, sb, interleaved=interleaved)
-    assert got.dtype == torch.bfloat16
-    want32 = oracle32(xb.float().numpy(), cb.float().numpy(), sb.float().numpy(), interleaved)
-    # torch's own float32 -> bfloat16 rounding
-    np.testing.assert_array_equal(got.view(torch.int16).numpy(),
-                                  torch.from_numpy(want32).to(torch.bfloat16)
-                                  .view(torch.int16).numpy())
-    # ml_dtypes' rounding, and the ties-to-even formula
-    np.testing.assert_array_equal(got.view(torch.int16).numpy().view(np.uint16),
-                                  want32.astype(ml_dtypes.bfloat16).view(np.uint16))
-    np.testing.assert_array_equal(got.view(torch.int16).numpy().view(np.uint16),
-                                  _bf16_round(want32))
-    # and the HF drop-in, q and k with different head counts, under no_grad
+    b, h, s = 2, 3, 37
+    bits = rng.integers(0, 1 << 16, (b, s, h, d), dtype=np.uint16)
+    bits[0, :5] = (rng.standard_normal((5, h, d)).astype(np.float32).view(np.uint32)
+                   >> 16).astype(np.uint16)
+    xb = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16).transpose(1, 2)
+    tb = rng.integers(0, 1 << 16, (s, r), dtype=np.uint16)
+    cos = torch.from_numpy(tb.view(np.int16)).view(torch.bfloat16)
+    cos_ok, sin_ok = posemb.rope_cos_sin(np.arange(s), r, interleaved=interleaved)
+    sin = torch.from_numpy(sin_ok).to(torch.bfloat16)
+    for c in (cos, torch.from_numpy(cos_ok).to(torch.bfloat16)):
+        with np.errstate(all="ignore"):
+            got = pt.apply_rope(xb, c, sin, interleaved=interleaved)
+        assert got.dtype == torch.bfloat16 and got.shape == xb.shape
+        with np.errstate(all="ignore"):
+            want32 = oracle32(xb.float().numpy(), c.float().numpy(), sin.float().numpy(),
+                              interleaved)
+        g = got.contiguous().view(torch.int16).numpy().view(np.uint16)
+        nan = np.isnan(want32)
+        np.testing.assert_array_equal(np.isnan(got.float().numpy()), nan)
+        for ref in (torch.from_numpy(want32).to(torch.bfloat16).view(torch.int16).numpy()
+                    .view(np.uint16),
+                    want32.astype(ml_dtypes.bfloat16).view(np.uint16),
+                    _bf16_round(want32)):
+            np.testing.assert_array_equal(np.where(nan, 0, g), np.where(nan, 0, ref))
+
+
+def test_bfloat16_drop_in_and_autograd(rng):
+    torch = pytest.importorskip("torch")
+    import posemb.torch as pt
+    x = torch.from_numpy(rng.standard_normal((2, 4, 9, 32)).astype(np.float32))
+    xb = x.to(torch.bfloat16)
+    cos, sin = pt.RotaryEmbedding(dim=32)(xb, torch.arange(9)[None])
+    want = pt.apply_rope(xb, cos[:, None], sin[:, None])
     with torch.no_grad():
-        q, k = pt.apply_rotary_pos_emb(xb, xb[:, :2], cb[None], sb[None])
-    if not interleaved:
-        np.testing.assert_array_equal(q.view(torch.int16).numpy(), got.view(torch.int16).numpy())
-        np.testing.assert_array_equal(k.view(torch.int16).numpy(),
-                                      got[:, :2].view(torch.int16).numpy())
+        q, k = pt.apply_rotary_pos_emb(xb, xb[:, :2], cos, sin)
+    assert torch.equal(q.view(torch.int16), want.view(torch.int16))
+    assert torch.equal(k.view(torch.int16), want[:, :2].view(torch.int16))
+    # with autograd: the same forward bits, and a gradient
+    xg = xb.clone().requires_grad_()
+    y = pt.apply_rope(xg, cos[:, None], sin[:, None])
+    assert torch.equal(y.detach().view(torch.int16), want.view(torch.int16))
+    y.float().sum().backward()
+    assert xg.grad is not None and xg.grad.dtype == torch.bfloat16
