@@ -120,10 +120,12 @@ _BF16_UFUNCS = (_core.rope_bf16_half_fwd, _core.rope_bf16_half_back,
                 _core.rope_bf16_inter_fwd, _core.rope_bf16_inter_back)
 
 
-def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """Rotary kernel `kind` on bfloat16 values held as uint16 bit patterns
     (views of torch bfloat16 tensors or ml_dtypes arrays): computed in
-    float32, rounded once to nearest even.  Returns a new uint16 array."""
+    float32, rounded once to nearest even.  Returns a new uint16 array, or
+    out."""
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
@@ -132,10 +134,36 @@ def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -
     if r % 2:
         cos, sin = cos[..., :r - 1], sin[..., :r - 1]
     try:
-        return _BF16_UFUNCS[kind](x, cos, sin)
+        if out is None:
+            return _BF16_UFUNCS[kind](x, cos, sin)
+        return _BF16_UFUNCS[kind](x, cos, sin, out=out)
     except ValueError:
-        _explain_failure(x, cos, sin, None, "x")
+        _explain_failure(x, cos, sin, out, "x")
         raise
+
+
+def _is_bf16(a: Any) -> bool:
+    """An ml_dtypes bfloat16 ndarray?"""
+    return type(a) is np.ndarray and a.dtype.name == "bfloat16" and a.dtype.itemsize == 2
+
+
+def _bf16_rope(kind: int, x: np.ndarray, cos: Any, sin: Any, seq_axis: int | None,
+               out: Any, name: str) -> np.ndarray:
+    """apply_rope/apply_rope_backward for an ml_dtypes bfloat16 x: its
+    bit patterns through the bfloat16 kernels (float32 maths, rounded once)."""
+    cos, sin = np.asarray(cos), np.asarray(sin)
+    if not (_is_bf16(cos) and _is_bf16(sin)):
+        raise TypeError(f"{name} is bfloat16: cos and sin must be bfloat16 too, got "
+                        f"{cos.dtype} and {sin.dtype}")
+    if out is not None and not (_is_bf16(out) and out.flags.writeable):
+        raise TypeError(f"out must be a writeable bfloat16 array for a bfloat16 {name}")
+    if x.ndim == 0 or cos.ndim == 0 or sin.ndim == 0:
+        raise ValueError("x, cos and sin must have at least one dimension (features last)")
+    cos, sin = _tables_along(x, cos, sin, seq_axis)
+    u16 = np.dtype(np.uint16)
+    y = _run_bf16_bits(kind, x.view(u16), cos.view(u16), sin.view(u16),
+                       None if out is None else out.view(u16))
+    return out if out is not None else y.view(x.dtype)
 
 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
@@ -374,6 +402,8 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
+    if _is_bf16(x):
+        return _bf16_rope(_kind(interleaved, False), x, cos, sin, seq_axis, out, "x")
     x, cos, sin = _rope_operands(x, cos, sin)
     cos, sin = _tables_along(x, cos, sin, seq_axis)
     return _run(_kind(interleaved, False), x, cos, sin, out)
@@ -395,6 +425,8 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     >>> bool(np.allclose(posemb.apply_rope_backward(y, cos, sin), x))
     True
     """
+    if _is_bf16(grad):
+        return _bf16_rope(_kind(interleaved, True), grad, cos, sin, seq_axis, out, "grad")
     grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
     cos, sin = _tables_along(grad, cos, sin, seq_axis)
     return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")

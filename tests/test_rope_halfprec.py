@@ -178,3 +178,37 @@ def test_bfloat16_drop_in_and_autograd(rng):
     assert torch.equal(y.detach().view(torch.int16), want.view(torch.int16))
     y.float().sum().backward()
     assert xg.grad is not None and xg.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_bfloat16_numpy_ml_dtypes(rng, interleaved):
+    """ml_dtypes.bfloat16 arrays: apply_rope and its backward, new output,
+    out=, in place and seq_axis, rounded once from the float32 result."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = ml_dtypes.bfloat16
+    x = (rng.standard_normal((2, 9, 3, 32)) * 4).astype(bf)        # (b, s, h, d)
+    c32, s32 = posemb.rope_cos_sin(np.arange(9), 32, interleaved=interleaved)
+    cos, sin = c32.astype(bf), s32.astype(bf)
+    xs = x.transpose(0, 2, 1, 3)                                    # (b, h, s, d) view
+    for backward in (False, True):
+        fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+        want = oracle32(xs.astype(np.float32), cos.astype(np.float32), sin.astype(np.float32),
+                        interleaved, backward).astype(bf)
+        got = fn(xs, cos, sin, interleaved=interleaved)
+        assert got.dtype == bf
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+        got2 = fn(x, cos, sin, interleaved=interleaved, seq_axis=1)
+        np.testing.assert_array_equal(got2.transpose(0, 2, 1, 3).view(np.uint16),
+                                      want.view(np.uint16))
+        out = np.empty_like(xs)
+        assert fn(xs, cos, sin, interleaved=interleaved, out=out) is out
+        np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+        xi = xs.copy()
+        fn(xi, cos, sin, interleaved=interleaved, out=xi)
+        np.testing.assert_array_equal(xi.view(np.uint16), want.view(np.uint16))
+    with pytest.raises(TypeError, match="cos and sin must be bfloat16"):
+        posemb.apply_rope(xs, c32, s32)
+    with pytest.raises(TypeError, match="out must be"):
+        posemb.apply_rope(xs, cos, sin, out=np.empty(xs.shape, np.float32))
+    with pytest.raises(ValueError):
+        posemb.apply_rope(xs, cos[:4], sin[:4])
