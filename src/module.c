@@ -387,7 +387,7 @@ py_rope_grid(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *xo, *co, *so, *yo;
     PyArrayObject *x, *c, *s, *y;
-    int kind, typenum, k, t, simd = 2;
+    int kind, typenum, k, t, simd = 3;
     const rope_kernel *kern;
     pe_rope_grid g;
 
@@ -569,8 +569,8 @@ py_stream(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef rope_methods[] = {
     {"_rope_grid", py_rope_grid, METH_VARARGS,
-     "_rope_grid(kind, x, cos, sin, out, simd=2): position-blocked RoPE on "
-     "(B, H, S, d); simd caps the vector level (0 C, 1 SSE2, 2 AVX2), for tests."},
+     "_rope_grid(kind, x, cos, sin, out, simd=3): position-blocked RoPE on "
+     "(B, H, S, d); simd caps the vector level (0 C, 1 SSE2, 2 AVX2, 3 AVX-512), for tests."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n) -> the thread count now used by posemb's kernels."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

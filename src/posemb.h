@@ -195,7 +195,7 @@ void pe_rope_dup_back_f64(const pe_rope_loop *a);
  * allows.  Half-split blocks whose table rows are duplicated (checked
  * bitwise) read half the tables; on x86-64, explicit SSE2/AVX2 vectors and
  * streaming stores for large out-of-place outputs.  simd caps the vector
- * level: 0 portable C, 1 SSE2, 2 AVX2 (pe_rope_simd_level() is what this
+ * level: 0 portable C, 1 SSE2, 2 AVX2, 3 AVX-512 (pe_rope_simd_level() is what this
  * CPU has).
  */
 void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int simd);

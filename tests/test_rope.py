@@ -654,7 +654,7 @@ def _aligned_empty(shape, dtype, offset):
     return buf[start:start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
 
 
-@pytest.mark.parametrize("simd", [0, 1, 2])
+@pytest.mark.parametrize("simd", [0, 1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("case", ["dup", "mixed", "per_batch", "rot40", "rot36", "partial"])
@@ -662,7 +662,7 @@ def _aligned_empty(shape, dtype, offset):
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_grid_simd_levels_equal_gufunc(rng, simd, dtype, backward, case, offset, interleaved):
     """The grid driver's kernels at every vector level (portable C, SSE2,
-    AVX2; capped by the CPU), both layouts, in place, out of place with
+    AVX2, AVX-512; capped by the CPU), both layouts, in place, out of place with
     plain stores (small) and streaming stores (>= 4 MiB, 32-, 16- or 4-byte
     aligned out), and half-split blocks whose tables are not duplicated:
     all the gufunc's bits, and nothing past the output is written."""
