@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
+from ._bfloat16 import accepts_bfloat16
 
 __all__ = ["learned_pe_forward", "learned_pe_backward", "LearnedPE"]
 
@@ -54,6 +55,7 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     return pos
 
 
+@accepts_bfloat16("x", "weight")
 def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: int = 0,
                        out: np.ndarray | None = None) -> Any:
     """``x + weight[positions]`` in one pass, without a gathered temporary.

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
+from ._bfloat16 import accepts_bfloat16
 from ._rope_scaling import frequency_regime, normalize_scaling, rope_scaling_parameters
 
 __all__ = [
@@ -234,6 +235,7 @@ def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
     return cos.reshape(shape), sin.reshape(shape)
 
 
+@accepts_bfloat16(dtype_arg="dtype")
 def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
                  interleaved: bool = False, dtype: Any = np.float32,
                  scaling: Any = None, max_position_embeddings: int | None = None,
@@ -364,6 +366,7 @@ def _seq_axis(seq_axis: Any, ndim: int) -> int:
     return a
 
 
+@accepts_bfloat16("x", "cos", "sin")
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Rotate ``x`` by the tables: ``y = x*cos + rotate(x)*sin`` in one pass.
@@ -409,6 +412,7 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     return _run(_kind(interleaved, False), x, cos, sin, out)
 
 
+@accepts_bfloat16("grad", "cos", "sin")
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                         seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Gradient of :func:`apply_rope` with respect to ``x`` (its adjoint).
@@ -432,6 +436,7 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")
 
 
+@accepts_bfloat16("q", "k", "cos", "sin")
 def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any = None,
                          unsqueeze_dim: int = 1) -> tuple[Any, Any]:
     """Drop-in for Hugging Face's ``apply_rotary_pos_emb``.
@@ -923,6 +928,7 @@ class RoPE:
         method(np.moveaxis(x, sa, -2), positions, offset=offset, out=np.moveaxis(out, sa, -2))
         return out
 
+    @accepts_bfloat16("x")
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
@@ -934,6 +940,7 @@ class RoPE:
 
     forward = __call__
 
+    @accepts_bfloat16("q", "k")
     def apply_qk(self, q: Any, k: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, inplace: bool = False) -> tuple[Any, Any]:
         """Rotate queries and keys with one set of tables (grouped-query attention).
@@ -1080,6 +1087,7 @@ class RoPE:
         return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
                                  offset=offset, out=out)
 
+    @accepts_bfloat16("grad")
     def backward(self, grad: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.

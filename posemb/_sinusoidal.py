@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _core
+from ._bfloat16 import accepts_bfloat16
 
 __all__ = ["sinusoidal", "add_sinusoidal", "AbsolutePE"]
 
@@ -75,6 +76,7 @@ def _work_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if dtype == np.float16 else np.dtype(dtype)
 
 
+@accepts_bfloat16(dtype_arg="dtype")
 def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
                layout: str = "interleaved", dtype: Any = None,
                out: np.ndarray | None = None) -> np.ndarray:
@@ -142,6 +144,7 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
     return _table(seq_len, dim, base, start, concat, dt, out)
 
 
+@accepts_bfloat16("x")
 def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
                    layout: str = "interleaved", out: np.ndarray | None = None) -> Any:
     """``x + PE`` for ``x`` of shape ``(..., seq, dim)``.
@@ -260,6 +263,7 @@ class AbsolutePE:
                     self._tables[dtype] = table
         return table
 
+    @accepts_bfloat16("x")
     def __call__(self, x: Any, *, start: int = 0, out: np.ndarray | None = None,
                  seq_axis: int | None = None, feature_axis: int | None = None) -> Any:
         """``x`` plus the table rows ``start .. start+seq-1``; see the class docstring."""

@@ -164,3 +164,24 @@ def test_absolute_pe_square_layout_is_not_guessed(rng):
     with pytest.raises(ValueError, match="seq_axis=-1, feature_axis=-2"):
         pe(rng.standard_normal((2, 16, 5)))
     np.testing.assert_array_equal(pe(np.zeros((2, 5, 16))), np.broadcast_to(table[:5], (2, 5, 16)))
+
+
+def test_seed_tutorial_rotary_layout_batch_seq_heads_dim(rng):
+    # The PyTorch tutorial's RotaryPositionalEncoding rotates x of shape
+    # (batch, seq, heads, dim) with tables viewed as (1, seq, 1, dim) and
+    # x * cos + rotate_half(x) * sin.  (Its buffers are dim / 2 wide; the
+    # formula needs them duplicated to full width, as HF does.)
+    torch = pytest.importorskip("torch")
+    b, s, h, d = 2, 12, 3, 16
+    x = torch.from_numpy(rng.standard_normal((b, s, h, d)))
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    ang = torch.outer(torch.arange(s, dtype=torch.float64), inv_freq)
+    cos = torch.cat((ang.cos(), ang.cos()), -1).view(1, s, 1, d)
+    sin = torch.cat((ang.sin(), ang.sin()), -1).view(1, s, 1, d)
+    x1, x2 = x.chunk(2, dim=-1)
+    want = (x * cos + torch.cat((-x2, x1), dim=-1) * sin).numpy()
+    got = posemb.RoPE(d, 512, dtype=np.float64)(x.numpy(), seq_axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    c, si = posemb.rope_cos_sin(np.arange(s), d, dtype=np.float64)
+    np.testing.assert_allclose(posemb.apply_rope(x.numpy(), c, si, seq_axis=1), want,
+                               rtol=1e-12, atol=1e-12)
