@@ -11,6 +11,7 @@ Conventions (see REFERENCE.md of the project):
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -148,23 +149,32 @@ def _is_bf16(a: Any) -> bool:
     return type(a) is np.ndarray and a.dtype.name == "bfloat16" and a.dtype.itemsize == 2
 
 
-def _bf16_rope(kind: int, x: np.ndarray, cos: Any, sin: Any, seq_axis: int | None,
-               out: Any, name: str) -> np.ndarray:
-    """apply_rope/apply_rope_backward for an ml_dtypes bfloat16 x: its
-    bit patterns through the bfloat16 kernels (float32 maths, rounded once)."""
-    cos, sin = np.asarray(cos), np.asarray(sin)
-    if not (_is_bf16(cos) and _is_bf16(sin)):
-        raise TypeError(f"{name} is bfloat16: cos and sin must be bfloat16 too, got "
-                        f"{cos.dtype} and {sin.dtype}")
-    if out is not None and not (_is_bf16(out) and out.flags.writeable):
-        raise TypeError(f"out must be a writeable bfloat16 array for a bfloat16 {name}")
-    if x.ndim == 0 or cos.ndim == 0 or sin.ndim == 0:
-        raise ValueError("x, cos and sin must have at least one dimension (features last)")
-    cos, sin = _tables_along(x, cos, sin, seq_axis)
-    u16 = np.dtype(np.uint16)
-    y = _run_bf16_bits(kind, x.view(u16), cos.view(u16), sin.view(u16),
-                       None if out is None else out.view(u16))
-    return out if out is not None else y.view(x.dtype)
+_BF16_KEYWORDS = frozenset({"interleaved", "seq_axis", "out"})
+
+
+def _bf16_kernel(backward: bool) -> Any:
+    """Outermost wrapper of apply_rope / apply_rope_backward: bfloat16 x with
+    bfloat16 tables (and no out, or a bfloat16 out) goes through the
+    bfloat16 kernels in one pass -- float32 maths, rounded once, the bits
+    of accepts_bfloat16's float32 round trip without its three extra
+    passes; anything else goes on to the wrapped function unchanged."""
+    def deco(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if len(args) == 3 and _is_bf16(args[0]) and kwargs.keys() <= _BF16_KEYWORDS:
+                x, cos, sin = args
+                out = kwargs.get("out")
+                if (_is_bf16(cos) and _is_bf16(sin) and x.ndim and cos.ndim and sin.ndim
+                        and (out is None or (_is_bf16(out) and out.flags.writeable))):
+                    cos, sin = _tables_along(x, cos, sin, kwargs.get("seq_axis"))
+                    u16 = np.dtype(np.uint16)
+                    kind = _kind(kwargs.get("interleaved", False), backward)
+                    y = _run_bf16_bits(kind, x.view(u16), cos.view(u16), sin.view(u16),
+                                       None if out is None else out.view(u16))
+                    return out if out is not None else y.view(x.dtype)
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco
 
 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
@@ -366,6 +376,7 @@ def _seq_axis(seq_axis: Any, ndim: int) -> int:
     return a
 
 
+@_bf16_kernel(backward=False)
 @accepts_bfloat16("x", "cos", "sin")
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
@@ -405,13 +416,12 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
-    if _is_bf16(x):
-        return _bf16_rope(_kind(interleaved, False), x, cos, sin, seq_axis, out, "x")
     x, cos, sin = _rope_operands(x, cos, sin)
     cos, sin = _tables_along(x, cos, sin, seq_axis)
     return _run(_kind(interleaved, False), x, cos, sin, out)
 
 
+@_bf16_kernel(backward=True)
 @accepts_bfloat16("grad", "cos", "sin")
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                         seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
@@ -429,8 +439,6 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     >>> bool(np.allclose(posemb.apply_rope_backward(y, cos, sin), x))
     True
     """
-    if _is_bf16(grad):
-        return _bf16_rope(_kind(interleaved, True), grad, cos, sin, seq_axis, out, "grad")
     grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
     cos, sin = _tables_along(grad, cos, sin, seq_axis)
     return _run(_kind(interleaved, True), grad, cos, sin, out, "grad")
