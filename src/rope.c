@@ -23,8 +23,6 @@
  */
 #include <math.h>
 #include <string.h>
-#include <stdatomic.h>
-#include <unistd.h>
 
 #include "posemb.h"
 
@@ -822,35 +820,19 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 
 /*
  * The table bytes (cos and sin rows) of one block of positions: the size of
- * one core's L2 cache, read at run time (1 MiB where the system does not
- * say), within [64 KiB, 4 MiB].  Every head of the block runs over the
- * block's rows while they stay in L2, so each head's part is one long
+ * one core's L2 cache, read at run time (pe_cache_l2_bytes).  Every head of
+ * the block runs over the block's rows while they stay in L2, so each
+ * head's part is one long
  * forward run (rows x d x itemsize bytes) that the hardware prefetcher
  * follows.  Measured on a 1 MiB-L2, 32 MiB-L3 EPYC, in-place (1, 32, 8192,
  * 128) float32 at 1 thread (CPU time, against an in-place scale of the same
  * bytes): 16 KiB blocks (8 KiB runs per head) 3.4x the scale, 64 KiB 2.9x,
  * 256 KiB 2.8x, 1 MiB 1.9-2.0x, 4 MiB 1.8x, 16 MiB 2.2-2.4x; out of place
  * with streaming stores, against a copy: 128 KiB 2.1x, 1 MiB 1.5x.
- * The value is probed once; every thread computes the same one.
  */
 static ptrdiff_t rope_block_table_bytes(void)
 {
-    static atomic_long cached;
-    long v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v == 0) {
-        v = 0;
-#if defined(_SC_LEVEL2_CACHE_SIZE)
-        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-        if (v <= 0)
-            v = 1L << 20;
-        if (v < (64L << 10))
-            v = 64L << 10;
-        if (v > (4L << 20))
-            v = 4L << 20;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return (ptrdiff_t)v;
+    return pe_cache_l2_bytes();
 }
 
 /* table_bytes: the cos and sin rows of one block, about; blocks stay
