@@ -56,15 +56,17 @@ from ._rope import (  # noqa: E402
 )
 
 from ._threads import get_num_threads, set_num_threads
+from ._bench import bench
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
+from ._conventions import *  # noqa: F401,F403
 from ._sinusoidal import *  # noqa: F401,F403
 from ._learned import *  # noqa: F401,F403
 from ._relative import *  # noqa: F401,F403
 from ._alibi import *  # noqa: F401,F403
 from ._masks import *  # noqa: F401,F403
 from ._attention import *  # noqa: F401,F403
-from . import _rope_scaling, _rope_variants
+from . import _rope_scaling, _rope_variants, _conventions
 from . import _sinusoidal, _learned, _relative, _alibi, _masks, _attention
 
 __version__ = "0.1.0"
@@ -84,9 +86,11 @@ __all__ = [
     "rotate_pairs",
     "get_num_threads",
     "set_num_threads",
+    "bench",
     "__version__",
     *_rope_scaling.__all__,
     *_rope_variants.__all__,
+    *_conventions.__all__,
     *_sinusoidal.__all__,
     *_learned.__all__,
     *_relative.__all__,

@@ -32,6 +32,22 @@ def _numpy_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return x * cos + np.concatenate((-x[..., h:], x[..., :h]), axis=-1) * sin
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _size(nbytes: int) -> str:
+    """A byte count in the largest binary unit that keeps it >= 1 (1 decimal)."""
+    for unit in ("GiB", "MiB", "KiB"):
+        scale = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[unit]
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return _plural(nbytes, "byte")
+
+
+_NO_TORCH = "PyTorch is not installed: skipped"
+
+
 def _torch() -> Any:
     try:
         import torch
@@ -68,8 +84,13 @@ def check(shape: tuple[int, ...], seed: int) -> bool:
     err64 = float(np.abs(y - truth).max()) if y.size else 0.0
     inv = np.linalg.norm(rope.backward(y) - x) / max(np.linalg.norm(x), 1e-30)
     ok = bitwise and err64 < 1e-5 and inv < 1e-6
-    print(f"posemb {posemb.__version__} RoPE check on random float32 x{shape} "
-          f"({'x'.join(map(str, batch_heads)) or '1'} vectors per position, seq {seq}, head {dim})")
+    vectors = int(np.prod(batch_heads))
+    print(f"posemb {posemb.__version__} RoPE check on random float32 x of shape {shape} "
+          f"({_plural(vectors, 'vector')} per position, {_plural(seq, 'position')}, "
+          f"head size {dim})")
+    if torch is None:
+        print(f"  against the PyTorch formula: {_NO_TORCH} (pip install torch; "
+              "see the README for the CPU build)")
     print(f"  against {against}: {'bit-identical' if bitwise else f'max |diff| {err:.3g}'}")
     print(f"  against float64 truth: max |err| {err64:.3g}")
     print(f"  backward(forward(x)) == x: relative error {inv:.3g}")
@@ -104,12 +125,14 @@ def speed(shape: tuple[int, ...], repeat: int) -> None:
             rows.append(("PyTorch HF formula", _median_seconds(hf, repeat)))
         threads = f", torch threads {torch.get_num_threads()}"
     nbytes = x.nbytes
-    print(f"\nspeed: RoPE on float32 x{shape} ({nbytes / 2**20:.0f} MiB), "
-          f"median of {repeat}{threads}")
+    print(f"\nspeed: RoPE on float32 x of shape {shape} ({_size(nbytes)}), "
+          f"median of {_plural(repeat, 'run')}{threads}")
     print(f"  {'':32s} {'ms':>9s} {'GB/s':>7s} {'vs posemb':>10s}")
     for name, t in rows:
         gbs = 2 * nbytes / t / 1e9  # read x, write y (tables stay in cache)
         print(f"  {name:32s} {t * 1e3:9.3f} {gbs:7.2f} {t / t_pe:9.2f}x")
+    if torch is None:
+        print(f"  {'PyTorch HF formula':32s} {_NO_TORCH}")
 
 
 def main(argv: list[str] | None = None) -> int:

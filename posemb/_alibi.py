@@ -21,7 +21,8 @@ __all__ = ["alibi_slopes", "alibi_bias"]
 _MAX_EXTENT = 2**52    # distances stay exact in float64
 
 
-def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
+def alibi_slopes(num_heads: int, *, dtype: Any = np.float64,
+                 alibi_bias_max: float = 8.0) -> np.ndarray:
     """Press's ALiBi slopes ``get_slopes(num_heads)``.
 
     Each slope is ``2 ** e`` with the exact exponent ``e = -8 (h + 1) / c``
@@ -37,6 +38,10 @@ def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
     num_heads : int
         ``>= 1``.
     dtype : float16, float32 or float64
+    alibi_bias_max : float
+        The 8 of ``-8 (h + 1) / c``: MPT's ``attn_config["alibi_bias_max"]``
+        (``build_mpt_alibi_tensor``; its head order for ``num_heads`` not a
+        power of two is the same as Press's).
 
     Returns
     -------
@@ -50,14 +55,17 @@ def alibi_slopes(num_heads: int, *, dtype: Any = np.float64) -> np.ndarray:
     [0.25, 0.0625, 0.015625, 0.00390625]
     >>> posemb.alibi_slopes(6).tolist()        # slopes(4) + slopes(8)[0::2][:2]
     [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]
+    >>> posemb.alibi_slopes(4, alibi_bias_max=16).tolist()     # MPT with alibi_bias_max 16
+    [0.0625, 0.00390625, 0.000244140625, 1.52587890625e-05]
     """
     n = _checks.size(num_heads, "num_heads", minimum=1)
     dt = _checks.float_dtype(dtype)
     c = 1 << (n.bit_length() - 1)                 # largest power of two <= n
-    exponents = -8.0 * np.arange(1, c + 1, dtype=np.float64) / c
+    top = _checks.positive_float(alibi_bias_max, "alibi_bias_max")
+    exponents = -top * np.arange(1, c + 1, dtype=np.float64) / c
     if c < n:                                     # slopes(2c)[0::2][:n-c]
         odd = 2.0 * np.arange(n - c, dtype=np.float64) + 1.0
-        exponents = np.concatenate([exponents, -8.0 * odd / (2 * c)])
+        exponents = np.concatenate([exponents, -top * odd / (2 * c)])
     return np.exp2(exponents).astype(dt)
 
 

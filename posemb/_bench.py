@@ -20,11 +20,12 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -912,8 +913,76 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bench(families: str | Sequence[str] | None = None, *, quick: bool = False,
+          repeat: int = 15, threads: int | None = None, show: bool = True,
+          compile: bool | None = None, ort: bool | None = None) -> dict[str, Any]:
+    """Time posemb against the PyTorch formula, the NumPy formula and this
+    machine's memory limit: what ``python -m posemb bench`` prints.
+
+    Parameters
+    ----------
+    families : str or list of str, optional
+        Kernel families among ``"bias"``, ``"learned"``, ``"rope"``,
+        ``"sinusoidal"``, ``"torch"`` (default: all).
+    quick : bool
+        Smaller shapes and fewer cases (seconds per family, not minutes).
+    repeat : int
+        Runs per median, at least 3.
+    threads : int, optional
+        posemb's (and torch's) thread count for the run; restored afterwards.
+    show : bool
+        Print the table.
+    compile, ort : bool, optional
+        Add the ``torch.compile`` column (default: when a C++ compiler is
+        present and not ``quick``) and ONNX Runtime's (default: when
+        ``onnxruntime`` is installed).
+
+    Returns
+    -------
+    dict
+        Versions, thread count, the last-level cache size the large cases
+        were sized from (``llc_bytes``) and one row per kernel: ``posemb_s``,
+        ``limit_s``, ``torch_s``, ``compile_s``, ``ort_s``, ``numpy_s``,
+        ``contig_s`` (median seconds, None where not measured) and their
+        ratios.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> result = posemb.bench("rope", quick=True, repeat=3)   # doctest: +SKIP
+    posemb 0.1.0 bench: numpy 2.3.4, torch 2.13.0+cpu, 2 thread(s), ...
+    >>> [r["kernel"] for r in result["rows"]][:2]             # doctest: +SKIP
+    ['apply_rope in place', 'apply_rope out=']
+    """
+    if families is None:
+        fams = list(FAMILIES)
+    else:
+        fams = [families] if isinstance(families, str) else list(families)
+        unknown = [f for f in fams if f not in FAMILIES]
+        if unknown or not fams:
+            raise ValueError(f"families must be among {sorted(FAMILIES)}, got {families!r}")
+    if isinstance(repeat, bool) or not isinstance(repeat, int):
+        raise TypeError(f"repeat must be an int, got {type(repeat).__name__}")
+    old = posemb.get_num_threads()
+    try:
+        if threads is not None:
+            posemb.set_num_threads(threads)
+        result = run(fams, quick, max(repeat, 3), compile=compile, ort=ort)
+    finally:
+        posemb.set_num_threads(old)
+    if show:
+        print(format_table(result))
+    return result
+
+
+def _plain(doc: str) -> str:
+    """A docstring as plain text for ``--help``: no ``literal`` or *emphasis* marks."""
+    return re.sub(r"\*([^*\s][^*]*)\*", r"\1", doc.replace("``", ""))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posemb bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m posemb bench",
+                                     description=_plain(__doc__ or ""),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
                         help="only these kernel families (repeatable; default all)")
@@ -929,13 +998,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out ONNX Runtime's column")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        posemb.set_num_threads(args.threads)
-    result = run(args.family or list(FAMILIES), args.quick, max(args.repeat, 3),
-                 compile=args.compile, ort=args.ort)
+    result = bench(args.family, quick=args.quick, repeat=args.repeat, threads=args.threads,
+                   show=not args.json, compile=args.compile, ort=args.ort)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
-    else:
-        print(format_table(result))
     return 0

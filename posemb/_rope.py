@@ -249,7 +249,8 @@ def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
 def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
                  interleaved: bool = False, dtype: Any = np.float32,
                  scaling: Any = None, max_position_embeddings: int | None = None,
-                 seq_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 seq_len: int | None = None,
+                 precision: str = "exact") -> tuple[np.ndarray, np.ndarray]:
     """Full-width RoPE tables ``(cos, sin)`` for integer positions.
 
     The angle ``p * inv_freq[i]`` is formed in float64 and cos/sin are rounded
@@ -279,6 +280,12 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     seq_len : int, optional
         Current sequence length for ``dynamic``/``longrope``; default
         ``positions.max() + 1``, which is what HF's ``dynamic_rope_update`` uses.
+    precision : {"exact", "float32", "bfloat16"}
+        ``"exact"`` (default): float64 angles, rounded once.  ``"float32"``:
+        transformers'/Meta's float32 recipe (float32 inverse frequencies and
+        angles, bit-equal to theirs; cos/sin within one float32 ulp of
+        PyTorch's).  ``"bfloat16"``: the Go walk-through's bfloat16 recipe
+        (position 8191 stored as 8160).  See ``posemb._rope_precision``.
 
     Returns
     -------
@@ -302,6 +309,15 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     pos = _checks.positions_array(positions)
     if seq_len is None and pos.size:
         seq_len = int(pos.max()) + 1
+    if precision != "exact":
+        from . import _rope_precision
+        _rope_precision.check_precision(precision)
+        rope_scaling_parameters(dim, base, scaling,  # validates every argument
+                                max_position_embeddings=max_position_embeddings)
+        return _rope_precision.framework_cos_sin(
+            pos, dim, float(base), normalize_scaling(scaling),
+            interleaved=_checks.flag(interleaved, "interleaved"), dtype=dt, precision=precision,
+            max_position_embeddings=max_position_embeddings, seq_len=seq_len)
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)
@@ -672,9 +688,15 @@ class RoPE:
         ``longrope``, ``llama3``; see :func:`rope_scaling_parameters`).  The
         yarn/longrope attention factor multiplies the tables.  ``dynamic`` and
         ``longrope`` pick their frequencies per call from the largest position
-        + 1, as HF's ``dynamic_rope_update`` does.
+        + 1 (for ``dynamic``, transformers' module instead keeps the frequencies
+        of the longest sequence it has seen; :class:`posemb.torch.RotaryEmbedding`
+        does the same).
     max_position_embeddings : int, optional
         The model's context length, for the scaling types that need it.
+    precision : {"exact", "float32", "bfloat16"}
+        How the tables are formed (see :func:`rope_cos_sin`): exact by
+        default, or transformers'/Meta's float32 recipe, or the Go
+        walk-through's bfloat16 one.
 
     Notes
     -----
@@ -713,7 +735,10 @@ class RoPE:
     def __init__(self, head_size: int, seq_len: int, *, base: float = 10000.0,
                  scale: float = 1.0, interleaved: bool = False,
                  rotary_dim: int | None = None, dtype: Any = np.float32,
-                 scaling: Any = None, max_position_embeddings: int | None = None) -> None:
+                 scaling: Any = None, max_position_embeddings: int | None = None,
+                 precision: str = "exact") -> None:
+        from ._rope_precision import check_precision
+        self.precision = check_precision(precision)
         self.head_size = _checks.size(head_size, "head_size")
         if rotary_dim is None:
             self.rotary_dim = self.head_size
@@ -725,6 +750,9 @@ class RoPE:
         self.seq_len = _checks.size(seq_len, "seq_len")
         self.base = _checks.positive_float(base, "base")
         self.scale = _checks.finite_float(scale, "scale")
+        if self.precision != "exact" and self.scale != 1.0:
+            raise ValueError(f"scale must be 1 with precision={self.precision!r} (the framework "
+                             f"recipes have no angle scale), got {self.scale}")
         self.interleaved = _checks.flag(interleaved, "interleaved")
         self.dtype = _checks.float_dtype(dtype)
         if self.seq_len * self.rotary_dim * self.dtype.itemsize > np.iinfo(np.intp).max:
@@ -747,6 +775,21 @@ class RoPE:
         self._cache: dict[tuple[np.dtype, Any], tuple[np.ndarray, np.ndarray]] = {}
         self._cached_tables(self.dtype, self.seq_len)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The lock cannot be pickled and the tables are cheap to remake: a
+        # pickled RoPE carries only its parameters and frequencies, so it
+        # travels to multiprocessing (spawn), joblib and dask.distributed
+        # workers, where the tables are made again, bit for bit the same.
+        state = self.__dict__.copy()
+        del state["_lock"], state["_cache"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._cache = {}
+        self._cached_tables(self.dtype, self.seq_len)
+
     def __repr__(self) -> str:
         extra = ""
         if self.scaling["rope_type"] != "default":
@@ -754,7 +797,8 @@ class RoPE:
                      f"max_position_embeddings={self.max_position_embeddings}")
         return (f"RoPE(head_size={self.head_size}, seq_len={self.seq_len}, base={self.base}, "
                 f"scale={self.scale}, interleaved={self.interleaved}, "
-                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra})")
+                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra}"
+                + (f", precision={self.precision!r}" if self.precision != "exact" else "") + ")")
 
     @property
     def cos_cached(self) -> np.ndarray:
@@ -798,8 +842,7 @@ class RoPE:
                 return tables
             rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
             inv, attn = self._frequencies(key, need)
-            cos, sin = _tables(np.arange(rows, dtype=np.int64), inv,
-                               self.interleaved, dtype, attn, self.rotary_dim)
+            cos, sin = self._make(np.arange(rows, dtype=np.int64), inv, attn, dtype, need)
             cos.flags.writeable = False
             sin.flags.writeable = False
             self._cache[(dtype, key)] = (cos, sin)
@@ -844,8 +887,7 @@ class RoPE:
         # far beyond any sensible cache, or dynamic NTK frequencies of this
         # length: compute just these rows
         inv, attn = self._frequencies(key, stop)
-        return _tables(np.arange(start, stop, dtype=np.int64), inv,
-                       self.interleaved, dtype, attn, self.rotary_dim)
+        return self._make(np.arange(start, stop, dtype=np.int64), inv, attn, dtype, stop)
 
     def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         top = int(pos.max()) + 1 if pos.size else 0
@@ -854,7 +896,19 @@ class RoPE:
             cos, sin = self._cached_tables(dtype, top, key)
             return cos[pos], sin[pos]
         inv, attn = self._frequencies(key, top)
-        return _tables(pos, inv, self.interleaved, dtype, attn, self.rotary_dim)
+        return self._make(pos, inv, attn, dtype, top)
+
+    def _make(self, positions: np.ndarray, inv: np.ndarray, attn: float, dtype: np.dtype,
+              seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tables for ``positions``: exact, or by the framework recipe of ``precision``."""
+        if self.precision == "exact":
+            return _tables(positions, inv, self.interleaved, dtype, attn, self.rotary_dim)
+        from ._rope_precision import framework_cos_sin
+        return framework_cos_sin(positions, self.rotary_dim, self.base, self.scaling,
+                                 interleaved=self.interleaved, dtype=dtype,
+                                 precision=self.precision,
+                                 max_position_embeddings=self.max_position_embeddings,
+                                 seq_len=seq_len)
 
     def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
         """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""

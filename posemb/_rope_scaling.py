@@ -23,6 +23,13 @@ Types (``h = dim // 2`` frequencies, ``orig`` the original context length):
   ``inv / short_factor``; attention factor ``sqrt(1 + ln(factor)/ln(orig))``.
 * ``llama3``: Meta's ``apply_scaling`` (keep high frequencies, divide low ones
   by ``factor``, interpolate smoothly in between).
+* ``proportional``: the first ``int(partial_rotary_factor * dim // 2)``
+  frequencies ``base ** (-2i / dim)`` (over the whole head, not the rotated
+  part), the rest 0 (those pairs pass through), all divided by ``factor``
+  (default 1): transformers' ``_compute_proportional_rope_parameters``.
+
+These are the types of transformers' ``ROPE_INIT_FUNCTIONS`` (5.x) plus
+``default``.
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["rope_scaling_parameters", "rope_config"]
+__all__ = ["rope_scaling_parameters", "rope_config", "layer_rope_parameters"]
 
 #: rope_type -> (required keys, optional keys) of the scaling dict
 ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -47,6 +54,7 @@ ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                  ("factor", "attention_factor", "original_max_position_embeddings")),
     "llama3": (("factor", "low_freq_factor", "high_freq_factor",
                 "original_max_position_embeddings"), ()),
+    "proportional": ((), ("factor", "partial_rotary_factor")),
 }
 
 # Names configs on the Hub use for a listed type.  Qwen2-VL writes
@@ -147,7 +155,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     scaling : dict or None
         Hugging Face ``rope_scaling``: ``rope_type`` (or ``type``) one of
         ``default``, ``linear``, ``dynamic``, ``yarn``, ``longrope``,
-        ``llama3``, and that type's keys.
+        ``llama3``, ``proportional``, and that type's keys.
     max_position_embeddings : int, optional
         The model's ``max_position_embeddings``: required by ``dynamic``; used by
         ``yarn`` and ``longrope`` when ``scaling`` has no
@@ -198,6 +206,16 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
 
     if rope_type == "linear":
         return plain / _real(cfg, "factor"), 1.0
+
+    if rope_type == "proportional":
+        factor = _real(cfg, "factor") if cfg.get("factor") is not None else 1.0
+        fraction = (_real(cfg, "partial_rotary_factor")
+                    if cfg.get("partial_rotary_factor") is not None else 1.0)
+        if fraction > 1.0:
+            raise ValueError(f"scaling['partial_rotary_factor'] must be <= 1, got {fraction}")
+        angles = int(fraction * dim // 2)
+        inv = np.where(np.arange(dim // 2) < angles, plain, 0.0)
+        return inv / factor, 1.0
 
     if rope_type == "dynamic":
         factor = _real(cfg, "factor")
@@ -287,15 +305,17 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     factor = _real(cfg, "factor")
     low_ff = _real(cfg, "low_freq_factor")
     high_ff = _real(cfg, "high_freq_factor")
-    if high_ff <= low_ff:   # else Meta's apply_scaling and HF's formula disagree
+    if high_ff < low_ff:   # else Meta's apply_scaling and HF's formula disagree
         raise ValueError(
-            f"scaling['high_freq_factor'] must be greater than scaling['low_freq_factor'], got "
-            f"{high_ff} and {low_ff}")
+            f"scaling['high_freq_factor'] must not be less than scaling['low_freq_factor'], "
+            f"got {high_ff} and {low_ff}")
     orig = _length(cfg, "original_max_position_embeddings")
     low_wavelen = orig / low_ff
     high_wavelen = orig / high_ff
     wavelen = 2.0 * math.pi / plain
     inv = np.where(wavelen > low_wavelen, plain / factor, plain)
+    if high_ff == low_ff:   # Llama 4: no smooth band, a step at orig / low_freq_factor
+        return inv, 1.0
     smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1.0 - smooth) * inv / factor + smooth * inv
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
@@ -325,23 +345,94 @@ def _get(cfg: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+#: layer-type names transformers uses as keys of a nested ``rope_parameters``
+_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+
+
+def layer_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any] | None] | None:
+    """Per-layer-type RoPE settings of a config, or None when every layer shares one.
+
+    Returns ``{layer_type: rope_parameters or None}`` (None: a NoPE layer
+    type), each dict carrying its ``rope_theta``.  Three spellings exist:
+
+    * transformers v5's nested ``rope_parameters`` (keys from ``layer_types``);
+    * Gemma 3's published files: ``rope_theta`` (global, default 1e6, with
+      ``rope_scaling`` on full-attention layers only) and
+      ``rope_local_base_freq`` (sliding-window layers, default 1e4), as
+      ``Gemma3TextConfig.convert_rope_params_to_dict`` reads them;
+    * ModernBERT's ``global_rope_theta`` (default 160000) and
+      ``local_rope_theta`` (default 1e4), ``rope_scaling`` on both.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> layers = posemb.layer_rope_parameters(
+    ...     {"model_type": "gemma3_text", "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+    ...      "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    >>> layers["full_attention"]["factor"], layers["sliding_attention"]["rope_theta"]
+    (8.0, 10000.0)
+    >>> posemb.layer_rope_parameters({"rope_theta": 1e4}) is None
+    True
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    params = _get(config, "rope_parameters", "rope_scaling")
+    declared = config.get("layer_types")
+    names = set(_LAYER_TYPES) | (set(declared) if isinstance(declared, (list, tuple)) else set())
+    if isinstance(params, Mapping) and params and all(k in names for k in params):
+        out: dict[str, dict[str, Any] | None] = {}
+        for key, value in params.items():
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(f"config['rope_parameters'][{key!r}] must be a dict or None, "
+                                f"got {type(value).__name__}")
+            if value is None:
+                out[key] = None
+                continue
+            value = dict(value)
+            if value.get("rope_theta") is None:
+                value["rope_theta"] = config.get("rope_theta", 10000.0)
+            out[key] = value
+        return out
+    flat = dict(params) if isinstance(params, Mapping) else {}
+    mt = config.get("model_type")
+    if mt in ("gemma3", "gemma3_text") or config.get("rope_local_base_freq") is not None:
+        full = dict(flat, rope_theta=flat.get("rope_theta", config.get("rope_theta", 1e6)))
+        local = {"rope_type": "default",
+                 "rope_theta": config.get("rope_local_base_freq", 10000.0)}
+        return {"full_attention": full, "sliding_attention": local}
+    if (mt == "modernbert" or config.get("global_rope_theta") is not None
+            or config.get("local_rope_theta") is not None):
+        full = dict(flat, rope_theta=config.get("global_rope_theta", 160000.0))
+        local = dict(flat, rope_theta=config.get("local_rope_theta", 10000.0))
+        return {"full_attention": full, "sliding_attention": local}
+    return None
+
+
 def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
-                dtype: Any = np.float32) -> Any:
+                dtype: Any = np.float32, layer_type: str | None = None,
+                interleaved: bool | None = None, precision: str = "exact") -> Any:
     """A :class:`RoPE` that reproduces a model's rotary embedding from its ``config.json``.
 
     Reads (as transformers does): ``head_dim`` or ``hidden_size //
     num_attention_heads`` (``qk_rope_head_dim`` for DeepSeek's MLA, GPT-J's
     ``n_embd``/``n_head``), ``rope_theta`` (GPT-NeoX ``rotary_emb_base``;
     default 10000), ``partial_rotary_factor`` (GPT-NeoX ``rotary_pct``; GPT-J
-    ``rotary_dim``), ``rope_scaling`` (or transformers v5 ``rope_parameters``),
+    ``rotary_dim``; the family's default when absent, e.g. 0.5 for GLM),
+    ``rope_scaling`` (or transformers v5 ``rope_parameters``),
     ``max_position_embeddings`` and a top-level
-    ``original_max_position_embeddings`` (Phi-3).  The interleaved layout is
-    used for GPT-J and when ``rope_interleave`` is true (DeepSeek-V3:
-    transformers de-interleaves q and k before its half-split rotation, so its
-    outputs are these with each head's features in the order ``0, 2, 4, ...,
-    1, 3, 5, ...``; ``q . k`` is the same); otherwise the half-split layout of
-    transformers.  A multimodal config whose
-    rotary settings live in ``text_config`` is read from there.
+    ``original_max_position_embeddings`` (Phi-3).  The pair layout is the
+    model family's (:func:`rope_convention`: interleaved for GPT-J, CodeGen,
+    Cohere, GLM, DeepSeek-V2/V3; half-split otherwise), unless
+    ``interleaved`` says otherwise.  DeepSeek-V3's transformers module
+    returns its rotated features de-interleaved (``0, 2, 4, ..., 1, 3, 5,
+    ...``); this RoPE keeps them in place (``q . k`` is the same).  A
+    multimodal config whose rotary settings live in ``text_config`` is read
+    from there.
+
+    Per-layer-type RoPE (Gemma 3's ``rope_local_base_freq``, ModernBERT's
+    global/local theta, transformers v5's nested ``rope_parameters``, see
+    :func:`layer_rope_parameters`) needs ``layer_type`` (e.g.
+    ``"sliding_attention"``); a NoPE layer type gives None.
 
     Parameters
     ----------
@@ -352,6 +443,13 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
         4096)``); later positions extend it.
     dtype : float16, float32 or float64
         dtype of the cached tables.
+    layer_type : str, optional
+        Which layers' RoPE, for configs that set it per layer type.
+    interleaved : bool, optional
+        Override the family's pair layout.
+    precision : {"exact", "float32", "bfloat16"}
+        The tables' recipe (see :func:`rope_cos_sin`); ``"float32"`` is the
+        model's transformers computation.
 
     Examples
     --------
@@ -367,7 +465,17 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     >>> q = np.ones((1, 32, 5, 128), np.float32)
     >>> rope(q, offset=100000).shape
     (1, 32, 5, 128)
+    >>> gemma3 = {"model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560,
+    ...           "num_attention_heads": 8, "rope_theta": 1000000.0,
+    ...           "rope_local_base_freq": 10000.0, "max_position_embeddings": 131072,
+    ...           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+    >>> posemb.rope_config(gemma3, layer_type="sliding_attention").base
+    10000.0
+    >>> posemb.rope_config({"model_type": "glm4", "hidden_size": 64, "num_attention_heads": 2,
+    ...                     "max_position_embeddings": 128}).interleaved
+    True
     """
+    from ._conventions import rope_convention
     from ._rope import RoPE
 
     if not isinstance(config, Mapping):
@@ -376,14 +484,40 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     size_keys = ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not any(cfg.get(k) is not None for k in size_keys):
-        cfg = text
+        cfg = dict(text, model_type=text.get("model_type", cfg.get("model_type")))
+    conv = rope_convention(cfg)
 
-    params = _get(cfg, "rope_scaling", "rope_parameters")
-    if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"config['rope_scaling'] must be a dict or None, got {type(params).__name__}")
-    params = dict(params or {})
+    layers = layer_rope_parameters(cfg)
+    if layers is not None:
+        if layer_type is None:
+            raise ValueError(
+                f"config sets RoPE per layer type ({', '.join(map(repr, layers))}): pass "
+                f"layer_type= one of them")
+        if layer_type not in layers:
+            raise ValueError(f"layer_type {layer_type!r} is not one of the config's layer types "
+                             f"{list(layers)}")
+        if layers[layer_type] is None:
+            return None     # a NoPE layer type
+        params = dict(layers[layer_type] or {})
+    else:
+        declared = cfg.get("layer_types")
+        if (layer_type is not None and isinstance(declared, (list, tuple))
+                and layer_type not in declared):
+            raise ValueError(f"layer_type {layer_type!r} is not one of the config's layer_types "
+                             f"{sorted(set(declared))}")
+        params = _get(cfg, "rope_scaling", "rope_parameters")
+        if params is not None and not isinstance(params, Mapping):
+            raise TypeError(
+                f"config['rope_scaling'] must be a dict or None, got {type(params).__name__}")
+        params = dict(params or {})
 
-    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek MLA: RoPE on the rope slice only
+    if params and params.get("rope_type") is None and params.get("type") is None:
+        params["rope_type"] = "default"   # e.g. {"rope_theta": ...} alone
+    rope_dim_key = conv.rotary_dim_key
+    if rope_dim_key == "qk_rope_head_dim" or cfg.get("qk_rope_head_dim") is not None:
+        if cfg.get("qk_rope_head_dim") is None:
+            raise ValueError("config of a DeepSeek MLA model needs 'qk_rope_head_dim'")
+        # DeepSeek MLA: RoPE on the rope slice only
         head_size = _checks.size(cfg["qk_rope_head_dim"], "config['qk_rope_head_dim']", minimum=2)
     elif cfg.get("head_dim") is not None:
         head_size = _checks.size(cfg["head_dim"], "config['head_dim']", minimum=2)
@@ -398,17 +532,28 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
         heads = _checks.size(heads, "config['num_attention_heads']", minimum=1)
         head_size = hidden // heads
 
-    theta = _get(cfg, "rope_theta", "rotary_emb_base")
-    if theta is None:
+    if layers is not None:
         theta = params.get("rope_theta", 10000.0)
+    else:
+        theta = _get(cfg, "rope_theta", "rotary_emb_base")
+        if theta is None:
+            theta = params.get("rope_theta", 10000.0)
     base = _checks.positive_float(theta, "config['rope_theta']")
 
-    if cfg.get("rotary_dim") is not None:  # GPT-J
+    fraction = _get(cfg, "partial_rotary_factor", "rotary_pct")
+    if fraction is None:
+        fraction = params.get("partial_rotary_factor", conv.partial_rotary_factor)
+    if params.get("rope_type", params.get("type")) == "proportional":
+        # the partial factor shapes the frequencies; the whole head "rotates"
+        params.setdefault("partial_rotary_factor", fraction)
+        rotary_dim = head_size
+    elif cfg.get("rotary_dim") is not None:  # GPT-J, CodeGen
         rotary_dim = _checks.size(cfg["rotary_dim"], "config['rotary_dim']", minimum=2)
+        n_ctx, n_head = cfg.get("n_ctx"), _get(cfg, "n_head", "num_attention_heads")
+        if rope_dim_key == "rotary_dim" and cfg.get("model_type") == "codegen" \
+                and n_ctx is not None and n_head:
+            rotary_dim = min(rotary_dim, int(n_ctx) // int(n_head))  # CodeGenModel.__init__
     else:
-        fraction = _get(cfg, "partial_rotary_factor", "rotary_pct")
-        if fraction is None:
-            fraction = params.get("partial_rotary_factor", 1.0)
         fraction = _checks.positive_float(fraction, "config['partial_rotary_factor']")
         if fraction > 1.0:
             raise ValueError(f"config['partial_rotary_factor'] must be <= 1, got {fraction}")
@@ -424,10 +569,17 @@ def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
     if (cfg.get("original_max_position_embeddings") is not None
             and params.get("original_max_position_embeddings") is None and params):
         params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
+    if params and params.get("rope_type", params.get("type")) in ("yarn", "longrope", "llama3") \
+            and params.get("original_max_position_embeddings") is None and max_pos is not None:
+        # transformers' standardize_rope_params: the pretraining length defaults to max_pos
+        params["original_max_position_embeddings"] = max_pos
 
-    interleaved = (_checks.flag(cfg.get("rope_interleave", False), "config['rope_interleave']")
-                   or cfg.get("model_type") == "gptj")
+    if interleaved is None:
+        interleaved = conv.interleaved
+    else:
+        interleaved = _checks.flag(interleaved, "interleaved")
     if seq_len is None:
         seq_len = min(max_pos or 4096, 4096)
     return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,
-                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos)
+                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos,
+                precision=precision)

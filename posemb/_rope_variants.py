@@ -245,9 +245,26 @@ def _sections(mrope_section: Any, dim: int) -> list[int]:
     return sections
 
 
+def _mrope_interleaved_axes(sections: list[int]) -> np.ndarray:
+    """Qwen3-VL's interleaved M-RoPE: the position axis of each frequency band.
+
+    ``Qwen3VLTextRotaryEmbedding.recomposition_frequencies``: band ``j`` uses
+    height when ``j % 3 == 1`` and ``j < 3 * sections[1]``, width when
+    ``j % 3 == 2`` and ``j < 3 * sections[2]``, else time.
+    """
+    if len(sections) != 3:
+        raise ValueError(f"interleaved M-RoPE needs 3 sections (t, h, w), got {sections}")
+    j = np.arange(sum(sections))
+    axes = np.zeros(j.shape, np.intp)
+    axes[(j % 3 == 1) & (j < 3 * sections[1])] = 1
+    axes[(j % 3 == 2) & (j < 3 * sections[2])] = 2
+    return axes
+
+
 def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10000.0, *,
                   interleaved: bool = False, dtype: Any = np.float32, scaling: Any = None,
-                  max_position_embeddings: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  max_position_embeddings: int | None = None,
+                  mrope_interleaved: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Multimodal RoPE tables (Qwen2-VL ``mrope_section``).
 
     ``positions`` has shape ``(3, ..., seq)``: temporal, height and width
@@ -268,6 +285,10 @@ def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10
         Bands per position axis, summing to ``dim // 2``.
     base, interleaved, dtype, scaling, max_position_embeddings
         As for :func:`rope_cos_sin`.
+    mrope_interleaved : bool
+        Qwen3-VL's interleaved M-RoPE (``"mrope_interleaved": true``): bands
+        cycle t, h, w, t, h, w, ... (h and w only within ``3 * section``),
+        instead of consecutive sections.
 
     Returns
     -------
@@ -299,10 +320,21 @@ def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)
+    interleaved = _checks.flag(interleaved, "interleaved")
+    if _checks.flag(mrope_interleaved, "mrope_interleaved"):
+        axes = _mrope_interleaved_axes(sections)
+        cols = np.repeat(axes, 2) if interleaved else np.concatenate([axes, axes])
+        cos = np.empty(pos.shape[1:] + (dim,), dt)
+        sin = np.empty(pos.shape[1:] + (dim,), dt)
+        for a in range(3):
+            c, s_ = _tables(pos[a], inv, interleaved, dt, attn)
+            cos[..., cols == a] = c[..., cols == a]
+            sin[..., cols == a] = s_[..., cols == a]
+        return cos, sin
     bounds = np.cumsum([0] + sections)
     bands = [inv[bounds[j]:bounds[j + 1]] for j in range(len(sections))]
     return _sectioned_tables([pos[j] for j in range(len(sections))], bands,
-                             _checks.flag(interleaved, "interleaved"), dt, attn)
+                             interleaved, dt, attn)
 
 
 def apply_multimodal_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, mrope_section: Any,

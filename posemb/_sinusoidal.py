@@ -242,6 +242,18 @@ class AbsolutePE:
         self._tables: dict[np.dtype, np.ndarray] = {}
         self._table(self.dtype)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the lock cannot be pickled; the tables are remade where unpickled
+        state = self.__dict__.copy()
+        del state["_lock"], state["_tables"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._tables = {}
+        self._table(self.dtype)
+
     def __repr__(self) -> str:
         return (f"AbsolutePE(embedding_size={self.embedding_size}, max_length={self.max_length}, "
                 f"base={self.base}, dtype={self.dtype.name})")

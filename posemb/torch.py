@@ -37,6 +37,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,8 +59,18 @@ __all__ = [
     "apply_rope",
     "apply_rotary_pos_emb",
     "RotaryEmbedding",
+    "apply_rotary_pos_emb_convention",
+    "apply_rotary_pos_emb_interleave",
+    "apply_rotary_pos_emb_gptj",
+    "apply_rotary_emb",
+    "create_sinusoidal_positions",
     "sinusoidal",
+    "relative_embeddings",
+    "RelativePositionEmbedding",
+    "apply_multimodal_rotary_pos_emb",
     "alibi_bias",
+    "build_alibi_tensor",
+    "build_mpt_alibi_tensor",
     "t5_relative_bias",
     "LearnedPositionalEmbedding",
 ]
@@ -344,21 +355,367 @@ def _config_dict(config: Any) -> dict[str, Any]:
     raise TypeError(f"config must be a dict or a transformers config, got {type(config).__name__}")
 
 
-class RotaryEmbedding(nn.Module):
-    """Hugging Face's rotary module (``LlamaRotaryEmbedding``) on posemb's tables.
+def _convention(convention: Any) -> Any:
+    from posemb._conventions import RopeConvention
+    if convention is None:
+        return RopeConvention()
+    if isinstance(convention, RopeConvention):
+        return convention
+    return posemb.rope_convention(convention)
 
-    ``forward(x, position_ids) -> (cos, sin)``, each ``(batch, seq, rotary_dim)``
-    in ``x``'s dtype, exactly like transformers' module, so it drops into a
-    model next to :func:`apply_rotary_pos_emb`.  The tables come from a
-    :class:`posemb.RoPE` (angles in float64, rounded once -- transformers forms
-    them in float32 and drifts by ~1e-3 rad near position 32k), cached and
-    grown on demand; scaling dicts (``linear``, ``dynamic``, ``yarn``,
-    ``longrope``, ``llama3``) follow :func:`posemb.rope_scaling_parameters`,
-    their attention factor multiplying the tables as in transformers.
+
+def _apply_convention(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      conv: Any) -> torch.Tensor:
+    """Rotate ``x`` as the model family ``conv`` does, from its rotary module's tables."""
+    if conv.pairs == "half":
+        return apply_rope(x, cos, sin)
+    if conv.tables == "half":      # GLM, DeepSeek-V3: cat(c, c) -> repeat_interleave(c[:r/2], 2)
+        h = cos.shape[-1] // 2
+        cos = cos[..., :h].repeat_interleave(2, dim=-1)
+        sin = sin[..., :h].repeat_interleave(2, dim=-1)
+    y = apply_rope(x, cos, sin, interleaved=True)
+    if conv.output == "deinterleaved":   # DeepSeek-V3's apply_rotary_pos_emb_interleave
+        r = cos.shape[-1]
+        parts = [y[..., 0:r:2], y[..., 1:r:2]]
+        if r < y.shape[-1]:
+            parts.append(y[..., r:])
+        y = torch.cat(parts, dim=-1)
+    return y
+
+
+def apply_rotary_pos_emb_convention(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, convention: Any = None,
+                                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A model family's ``apply_rotary_pos_emb``, from its rotary module's tables, with autograd.
+
+    ``convention`` is a ``model_type`` (``"llama"``, ``"cohere"``, ``"glm4"``,
+    ``"deepseek_v3"``, ...), a config dict or a :class:`posemb.RopeConvention`
+    (see :func:`posemb.rope_convention`).  ``cos``/``sin`` are what that
+    family's rotary module (or :class:`RotaryEmbedding` built from its config)
+    returns, ``(batch, seq, width)``; they get a new axis at ``unsqueeze_dim``.
+    Cohere pairs ``(2i, 2i+1)`` with repeated tables; GLM takes the first half
+    of ``cat(c, c)`` tables and repeats it; DeepSeek-V3 does the same and
+    returns the rotated features de-interleaved (``apply_rotary_pos_emb_interleave``).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> cfg = {"model_type": "glm4", "hidden_size": 64, "num_attention_heads": 2}
+    >>> rotary = pt.RotaryEmbedding(cfg)
+    >>> q, k = torch.randn(1, 2, 5, 32), torch.randn(1, 2, 5, 32)
+    >>> cos, sin = rotary(q, torch.arange(5)[None])
+    >>> cos.shape                               # partial rotary: 0.5 of head_dim 32
+    torch.Size([1, 5, 16])
+    >>> qe, ke = pt.apply_rotary_pos_emb_convention(q, k, cos, sin, "glm4")
+    >>> bool(torch.equal(qe[..., 16:], q[..., 16:]))
+    True
+    """
+    conv = _convention(convention)
+    _check(q, "q")
+    _check(k, "k")
+    _check(cos, "cos")
+    _check(sin, "sin")
+    unsqueeze_dim = posemb._checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**63))
+    if not -(cos.ndim + 1) <= unsqueeze_dim <= cos.ndim:
+        raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
+                         f"{tuple(cos.shape)}")
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return _apply_convention(q, cos, sin, conv), _apply_convention(k, cos, sin, conv)
+
+
+def apply_rotary_pos_emb_interleave(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, position_ids: Any = None,
+                                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for DeepSeek-V3's ``apply_rotary_pos_emb_interleave``, with autograd.
+
+    ``q``/``k`` hold interleaved pairs ``(2i, 2i+1)``; ``cos``/``sin`` are the
+    half-split ``cat(c, c)`` tables of :class:`RotaryEmbedding`; the result
+    holds the rotated even features then the rotated odd ones, as in
+    transformers.  ``position_ids`` is unused.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> q = torch.randn(1, 2, 3, 8)
+    >>> cos, sin = pt.RotaryEmbedding(dim=8)(q, torch.arange(3)[None])
+    >>> qe, _ = pt.apply_rotary_pos_emb_interleave(q, q, cos, sin)
+    >>> bool(torch.allclose(qe[0, 0, 0], torch.cat([q[0, 0, 0, 0::2], q[0, 0, 0, 1::2]])))
+    True
+    """
+    del position_ids
+    return apply_rotary_pos_emb_convention(q, k, cos, sin, "deepseek_v3", unsqueeze_dim)
+
+
+def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor, *,
+                     unsqueeze_dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for Meta's/Llama 4's/DeepSeek-V2's ``apply_rotary_emb``, with autograd.
+
+    Pairs ``(2i, 2i+1)`` of ``xq``/``xk`` are complex numbers multiplied by
+    ``freqs_cis`` (complex, ``(..., seq, head_dim // 2)``), here as the
+    interleaved rotation of posemb's kernels.  ``freqs_cis`` gets a new axis at
+    ``unsqueeze_dim``: the default ``-2`` fits ``(batch, seq, heads, head_dim)``
+    (Meta's ``(seq, d/2)`` and Llama 4's ``(batch, seq, d/2)`` tables); use
+    ``unsqueeze_dim=1`` for DeepSeek-V2's ``(batch, heads, seq, head_dim)``.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> angle = torch.arange(4.0)[:, None] * torch.tensor([1.0, 0.01])
+    >>> freqs_cis = torch.polar(torch.ones_like(angle), angle)           # (seq, d/2)
+    >>> xq = torch.randn(1, 4, 2, 4, requires_grad=True)                  # (batch, seq, heads, d)
+    >>> q, k = pt.apply_rotary_emb(xq, xq, freqs_cis)
+    >>> ref = torch.view_as_real(torch.view_as_complex(xq.detach().reshape(1, 4, 2, 2, 2))
+    ...                          * freqs_cis[:, None]).flatten(3)
+    >>> bool(torch.allclose(q, ref))
+    True
+    """
+    _check(xq, "xq")
+    _check(xk, "xk")
+    if not isinstance(freqs_cis, torch.Tensor) or not freqs_cis.is_complex():
+        raise TypeError("freqs_cis must be a complex torch.Tensor (polar(1, angle))")
+    f = freqs_cis.unsqueeze(unsqueeze_dim)
+    cos = f.real.repeat_interleave(2, dim=-1)
+    sin = f.imag.repeat_interleave(2, dim=-1)
+    return (apply_rope(xq, cos, sin, interleaved=True).to(xq.dtype),
+            apply_rope(xk, cos, sin, interleaved=True).to(xk.dtype))
+
+
+def create_sinusoidal_positions(num_pos: int, dim: int, *, base: float = 10000.0,
+                                precision: str = "exact") -> torch.Tensor:
+    """GPT-J/CodeGen's ``embed_positions`` buffer: ``cat(sin, cos)``, ``(num_pos, dim)``.
+
+    Angles ``p * base ** (-2i/dim)`` for ``i < dim // 2``; ``precision="exact"``
+    rounds each value once from float64, ``"float32"`` follows transformers'
+    ``create_sinusoidal_positions`` (float32 frequencies and products,
+    PyTorch's float32 ``sin``/``cos``) bit for bit.  Use with
+    :func:`apply_rotary_pos_emb_gptj`.
+
+    Examples
+    --------
+    >>> import posemb.torch as pt
+    >>> pt.create_sinusoidal_positions(2048, 64).shape
+    torch.Size([2048, 64])
+    """
+    from posemb import _rope_precision as rp
+    rp.check_precision(precision)
+    n = posemb._checks.size(num_pos, "num_pos")
+    d = posemb._checks.even_size(dim, "dim")
+    if precision == "float32":
+        inv = rp.float32_rope_parameters(d, float(base), {"rope_type": "default"},
+                                         max_position_embeddings=None, power=_torch_power)[0]
+        ang = torch.arange(n, dtype=torch.int64).float()[:, None] * torch.from_numpy(inv)
+        return torch.cat((torch.sin(ang), torch.cos(ang)), dim=1)
+    if precision == "bfloat16":
+        raise ValueError("precision='bfloat16' is the Go walk-through's recipe for "
+                         "precompute_freqs_cis; GPT-J tables support 'exact' and 'float32'")
+    cos, sin = posemb.rope_cos_sin(np.arange(n), d, base, dtype=np.float32)
+    return torch.from_numpy(np.concatenate([sin[:, :d // 2], cos[:, :d // 2]], axis=1))
+
+
+def apply_rotary_pos_emb_gptj(tensor: torch.Tensor, sin: torch.Tensor,
+                              cos: torch.Tensor) -> torch.Tensor:
+    """Drop-in for GPT-J/CodeGen's ``apply_rotary_pos_emb(tensor, sin, cos)``, with autograd.
+
+    ``tensor`` is ``(batch, seq, heads, rotary_dim)``, ``sin``/``cos`` are
+    ``(batch, seq, rotary_dim // 2)`` (halves of the ``embed_positions``
+    rows); pairs ``(2i, 2i+1)`` rotate by angle ``i`` (``rotate_every_two``).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> sincos = pt.create_sinusoidal_positions(16, 8)[None, :5]      # (1, 5, 8)
+    >>> sin, cos = sincos[..., :4], sincos[..., 4:]
+    >>> pt.apply_rotary_pos_emb_gptj(torch.randn(1, 5, 3, 8), sin, cos).shape
+    torch.Size([1, 5, 3, 8])
+    """
+    _check(tensor, "tensor")
+    _check(sin, "sin")
+    _check(cos, "cos")
+    sin = sin[:, :, None, :].repeat_interleave(2, dim=3)
+    cos = cos[:, :, None, :].repeat_interleave(2, dim=3)
+    return apply_rope(tensor, cos, sin, interleaved=True)
+
+
+def _torch_power(base: Any, exponents: Any) -> np.ndarray:
+    """float32 ``base ** exponents`` computed by PyTorch (as transformers does)."""
+    b = torch.tensor(base, dtype=torch.float32)
+    e = torch.from_numpy(np.ascontiguousarray(exponents)) if isinstance(exponents, np.ndarray) \
+        else exponents
+    return (b ** e).numpy()
+
+
+class _LayerRope:
+    """One layer type's RoPE in a :class:`RotaryEmbedding`."""
+
+    def __init__(self, rope: Any, precision: str) -> None:
+        from posemb import _rope_precision as rp
+        self.rope = rope
+        self.rope_type = rope.scaling["rope_type"]
+        self.attention_scaling = float(rope.attention_factor)
+        self.original_max_seq_len = rope.max_position_embeddings
+        self.max_seq_len_cached = rope.max_position_embeddings or rope.seq_len
+        self.precision = precision
+        self.inv_freq32 = None
+        if precision == "float32":
+            self.inv_freq32, self.attention_scaling = rp.float32_rope_parameters(
+                rope.rotary_dim, rope.base, rope.scaling,
+                max_position_embeddings=rope.max_position_embeddings, power=_torch_power)
+            self.original_inv_freq32 = self.inv_freq32
+
+    def inv_freq(self) -> np.ndarray:
+        if self.inv_freq32 is not None:
+            return self.inv_freq32
+        return self.rope.inv_freq
+
+    def update(self, seq_len: int) -> None:
+        """transformers' ``dynamic_frequency_update``: keep the longest length's frequencies."""
+        if self.rope_type != "dynamic" or self.original_max_seq_len is None:
+            return
+        from posemb import _rope_precision as rp
+        if seq_len > self.max_seq_len_cached:       # growth
+            self.max_seq_len_cached = seq_len
+            if self.precision == "float32":
+                self.inv_freq32, _ = rp.float32_rope_parameters(
+                    self.rope.rotary_dim, self.rope.base, self.rope.scaling,
+                    max_position_embeddings=self.original_max_seq_len, seq_len=seq_len,
+                    power=_torch_power)
+        if seq_len < self.original_max_seq_len < self.max_seq_len_cached:   # reset
+            self.max_seq_len_cached = self.original_max_seq_len
+            if self.precision == "float32":
+                self.inv_freq32 = self.original_inv_freq32
+
+    def _mrope_positions(self, pos: np.ndarray, mrope: Any) -> np.ndarray:
+        if pos.ndim == 2:
+            return np.broadcast_to(pos, (len(mrope[0]),) + pos.shape)
+        if pos.ndim != 3 or pos.shape[0] != len(mrope[0]):
+            raise ValueError(f"position_ids for M-RoPE must have shape ({len(mrope[0])}, batch, "
+                             f"seq) or (batch, seq), got {pos.shape}")
+        return pos
+
+    def tables(self, pos: np.ndarray, dtype: torch.dtype, repeat: bool,
+               mrope: Any = None, polar: bool = False) -> Any:
+        """``(cos, sin)``, or ``polar(1, angle)`` (complex64, half width) when ``polar``."""
+        rope = self.rope
+        top = int(pos.max()) + 1 if pos.size else 0
+        self.update(top)
+        if self.precision == "float32" or self.precision == "bfloat16":
+            return self._framework_tables(pos, top, dtype, repeat, mrope, polar)
+        seq_len = self.max_seq_len_cached if self.rope_type == "dynamic" else top
+        if self.rope_type == "dynamic" and seq_len <= (self.original_max_seq_len or 0):
+            seq_len = None
+        np_dt = np.float64 if dtype == torch.bfloat16 else _np_dtype(dtype)
+        kw = dict(scaling=rope.scaling, max_position_embeddings=rope.max_position_embeddings,
+                  dtype=np_dt, interleaved=repeat)
+        if mrope is not None:
+            sections, interleaved_m = mrope
+            cos, sin = posemb.mrope_cos_sin(self._mrope_positions(pos, mrope), rope.rotary_dim,
+                                            sections, rope.base, mrope_interleaved=interleaved_m,
+                                            **kw)
+        elif self.rope_type == "dynamic":
+            cos, sin = posemb.rope_cos_sin(pos, rope.rotary_dim, rope.base, seq_len=seq_len, **kw)
+        else:
+            cos, sin = rope.cos_sin(pos, dtype=np_dt) if repeat == rope.interleaved else \
+                posemb.rope_cos_sin(pos, rope.rotary_dim, rope.base, **kw)
+        if polar:
+            return torch.complex(_tensor(cos[..., 0::2]), _tensor(sin[..., 0::2]))
+        return _tensor(cos, dtype), _tensor(sin, dtype)
+
+    def _framework_tables(self, pos: np.ndarray, top: int, dtype: torch.dtype, repeat: bool,
+                          mrope: Any, polar: bool) -> Any:
+        from posemb import _rope_precision as rp
+        rope = self.rope
+        if self.precision == "bfloat16":
+            if rope.scaling["rope_type"] != "default" or mrope is not None:
+                raise ValueError("precision='bfloat16' (the Go walk-through's recipe) supports "
+                                 "unscaled, single-axis RoPE only")
+            inv = rp.bfloat16_inv_freq(rope.rotary_dim, rope.base)
+            ang: torch.Tensor = torch.from_numpy(rp.bfloat16_angles(pos, inv)).double()
+            attention = 1.0
+        else:
+            inv_np = self.inv_freq32
+            attention = self.attention_scaling
+            if self.rope_type == "longrope":
+                inv_np, attention = rp.float32_rope_parameters(
+                    rope.rotary_dim, rope.base, rope.scaling,
+                    max_position_embeddings=rope.max_position_embeddings, seq_len=top,
+                    power=_torch_power)
+            inv_t = torch.from_numpy(inv_np)
+            if mrope is not None:
+                p3 = torch.from_numpy(np.ascontiguousarray(self._mrope_positions(pos, mrope)))
+                freqs = p3[..., None].float() * inv_t        # (3, batch, seq, r/2)
+                sections, interleaved_m = mrope
+                if interleaved_m:
+                    axes = posemb._rope_variants._mrope_interleaved_axes(list(sections))
+                else:
+                    axes = np.repeat(np.arange(len(sections)), sections)
+                idx = torch.from_numpy(axes)
+                ang = freqs.permute(*range(1, freqs.ndim), 0)  # (batch, seq, r/2, 3)
+                ang = ang.gather(-1, idx.expand(ang.shape[:-1])[..., None])[..., 0]
+            else:
+                ang = torch.from_numpy(np.ascontiguousarray(pos)).float()[..., None] * inv_t
+        if polar:   # torch.polar, as DeepSeek-V2's and Llama 4's modules compute it
+            if self.precision == "bfloat16":
+                ang = ang.float()
+            return torch.polar(torch.ones_like(ang), ang) * attention
+        emb = ang.repeat_interleave(2, dim=-1) if repeat else torch.cat((ang, ang), dim=-1)
+        if self.precision == "bfloat16":
+            cos = emb.cos().float() * attention
+            sin = emb.sin().float() * attention
+        else:
+            cos = emb.cos() * attention
+            sin = emb.sin() * attention
+        return cos.to(dtype), sin.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Hugging Face's rotary module (``LlamaRotaryEmbedding`` and kin) on posemb's tables.
+
+    ``forward(x, position_ids, layer_type=None) -> (cos, sin)``, each
+    ``(batch, seq, width)`` in ``x``'s dtype, laid out as the model family's own
+    module returns them, so it drops into a model next to
+    :func:`apply_rotary_pos_emb` (or :meth:`apply_rotary_pos_emb`, the
+    family's own apply function).  The tables come from a
+    :class:`posemb.RoPE` (angles in float64, rounded once -- transformers
+    forms them in float32 and drifts by ~1e-3 rad near position 32k), cached
+    and grown on demand; scaling dicts
+    (every ``rope_type`` of transformers' ``ROPE_INIT_FUNCTIONS``) follow
+    :func:`posemb.rope_scaling_parameters`, their attention factor
+    multiplying the tables as in transformers.
 
     Give either a model ``config`` (a transformers config object or a parsed
-    ``config.json`` dict, read by :func:`posemb.rope_config`), or ``dim``
-    and friends.
+    ``config.json`` dict, read by :func:`posemb.rope_config` with the model
+    family's layout from :func:`posemb.rope_convention`), or ``dim`` and
+    friends.
+
+    **Layouts.**  Half-split ``cat(c, c)`` tables for most families; Cohere's
+    ``repeat_interleave(c, 2)`` tables; GLM and DeepSeek-V3 return ``cat(c,
+    c)`` and rotate interleaved pairs in their apply functions
+    (:meth:`apply_rotary_pos_emb` does the same).  ``interleaved=True`` or
+    ``False`` overrides the family: pairs ``(2i, 2i+1)`` with repeated
+    tables, or half-split pairs.
+
+    DeepSeek-V2 and Llama 4, whose modules return complex ``freqs_cis =
+    polar(1, angle)`` of width ``r/2`` (complex64), get that from ``forward``
+    too; use :func:`apply_rotary_emb` with it.
+
+    **Per-layer-type RoPE** (Gemma 3 local/global, ModernBERT, nested
+    ``rope_parameters``): one table set per layer type; ``forward`` then needs
+    ``layer_type`` (``"full_attention"``, ``"sliding_attention"``), as
+    transformers' ``Gemma3RotaryEmbedding`` does.
+
+    **Multimodal RoPE** (Qwen2-VL ``mrope_section``, Qwen3-VL interleaved
+    ``mrope_interleaved``): ``position_ids`` of shape ``(3, batch, seq)`` (or
+    ``(batch, seq)``, used for all three axes) give the recomposed tables of
+    transformers' ``Qwen2VLRotaryEmbedding``/``Qwen3VLTextRotaryEmbedding``.
+
+    **Dynamic NTK state.**  Like transformers' ``dynamic_rope_update``, the
+    module keeps the frequencies of the longest sequence it has seen: a
+    6000-token call after a 10000-token call (``max_position_embeddings``
+    4096) still uses the 10000-token base; a call shorter than
+    ``max_position_embeddings`` resets it.  The functional API
+    (:func:`posemb.rope_cos_sin`, :class:`posemb.RoPE`) stays per call: its
+    frequencies depend only on that call's positions.
 
     Parameters
     ----------
@@ -374,17 +731,25 @@ class RotaryEmbedding(nn.Module):
         ``rope_theta``.
     scaling : dict, optional
         A transformers ``rope_scaling`` dict.
-    interleaved : bool
-        Tables for the interleaved layout (use ``apply_rope(..., interleaved=True)``).
+    interleaved : bool, optional
+        Override the layout (default: the config's family, else half-split).
+    precision : {"exact", "float32", "bfloat16"}
+        ``"exact"`` (default): float64 angles rounded once.  ``"float32"``:
+        transformers' own float32 computation (inverse frequencies, angles,
+        PyTorch's ``cos``/``sin``), bit for bit.  ``"bfloat16"``: the Go
+        walk-through's bfloat16 recipe (unscaled RoPE only).
 
     Attributes
     ----------
     inv_freq : torch.Tensor
-        float32 buffer, ``(rotary_dim // 2,)`` (computed in float64), as in transformers.
+        float32 buffer, ``(rotary_dim // 2,)``, as in transformers (for a
+        per-layer-type module, ``<layer_type>_inv_freq``).
     attention_scaling : float
         The yarn/longrope attention factor (1.0 otherwise).
     rope : posemb.RoPE
         The NumPy module that makes and caches the tables.
+    convention : posemb.RopeConvention
+        The layout in use.
 
     Examples
     --------
@@ -399,48 +764,102 @@ class RotaryEmbedding(nn.Module):
     >>> cos, sin = rotary(x, torch.arange(100, 107)[None].expand(2, 7))
     >>> cos.shape, cos.dtype
     (torch.Size([2, 7, 64]), torch.bfloat16)
+    >>> gemma3 = {"model_type": "gemma3_text", "head_dim": 16, "hidden_size": 64,
+    ...           "num_attention_heads": 4, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+    ...           "max_position_embeddings": 512}
+    >>> rotary = pt.RotaryEmbedding(gemma3)
+    >>> cos, sin = rotary(x, torch.arange(7)[None], layer_type="sliding_attention")
+    >>> cos.shape
+    torch.Size([1, 7, 16])
     """
 
     inv_freq: torch.Tensor
 
     def __init__(self, config: Any = None, device: Any = None, *, dim: int | None = None,
                  max_position_embeddings: int = 2048, base: float = 10000.0,
-                 scaling: Any = None, interleaved: bool = False) -> None:
+                 scaling: Any = None, interleaved: bool | None = None,
+                 precision: str = "exact") -> None:
         super().__init__()
+        from dataclasses import replace
+
+        from posemb import _rope_precision as rp
         _check_device(device)
+        self.precision = rp.check_precision(precision)
+        conv = _convention(None)
+        ropes: dict[Any, Any] = {}
+        self.mrope: Any = None
         if config is not None:
             if dim is not None or scaling is not None:
                 raise TypeError("give either config or dim/scaling, not both")
-            rope = posemb.rope_config(_config_dict(config), dtype=np.float32)
-            if interleaved:
-                rope = posemb.RoPE(rope.head_size, rope.seq_len, base=rope.base,
-                                   interleaved=True, rotary_dim=rope.rotary_dim,
-                                   scaling=None if rope.scaling["rope_type"] == "default"
-                                   else rope.scaling,
-                                   max_position_embeddings=rope.max_position_embeddings)
+            cfg = _config_dict(config)
+            text = cfg.get("text_config")
+            if isinstance(text, Mapping) and cfg.get("hidden_size") is None \
+                    and cfg.get("head_dim") is None:
+                text = _config_dict(text)
+                cfg = dict(text, model_type=text.get("model_type", cfg.get("model_type")))
+            conv = posemb.rope_convention(cfg)
+            if interleaved is not None:
+                conv = replace(conv, pairs="interleaved" if interleaved else "half",
+                               tables="repeat" if interleaved else "half", output="pairs")
+            table_repeat = conv.tables != "half"
+            layers = posemb.layer_rope_parameters(cfg)
+            if layers is None:
+                ropes[None] = posemb.rope_config(cfg, dtype=np.float32, interleaved=table_repeat)
+            else:
+                for lt in layers:
+                    r = posemb.rope_config(cfg, dtype=np.float32, layer_type=lt,
+                                           interleaved=table_repeat)
+                    if r is not None:
+                        ropes[lt] = r
+            params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+            if isinstance(params, Mapping) and params.get("mrope_section") is not None:
+                mi = bool(params.get("mrope_interleaved")) or \
+                    str(cfg.get("model_type", "")).startswith("qwen3_vl")
+                self.mrope = (list(params["mrope_section"]), mi)
         else:
             if dim is None:
                 raise TypeError("RotaryEmbedding needs a config or dim")
             max_pos = posemb._checks.size(max_position_embeddings, "max_position_embeddings",
                                           minimum=1)
-            rope = posemb.RoPE(dim, min(max_pos, 4096), base=base, interleaved=interleaved,
-                               scaling=scaling, max_position_embeddings=max_pos)
-        self.rope = rope
-        self.dim = rope.rotary_dim
-        self.rope_type = rope.scaling["rope_type"]
-        self.attention_scaling = float(rope.attention_factor)
-        self.max_seq_len_cached = rope.seq_len
-        self.original_max_seq_len = rope.max_position_embeddings
-        self.register_buffer("inv_freq", torch.from_numpy(rope.inv_freq.astype(np.float32)),
-                             persistent=False)
+            if interleaved:
+                conv = replace(conv, pairs="interleaved", tables="repeat")
+            ropes[None] = posemb.RoPE(dim, min(max_pos, 4096), base=base,
+                                      interleaved=bool(interleaved), scaling=scaling,
+                                      max_position_embeddings=max_pos)
+        self.convention = conv
+        self.interleaved = conv.interleaved
+        self._layers = {key: _LayerRope(r, self.precision) for key, r in ropes.items()}
+        self.layer_types = [k for k in self._layers if k is not None]
+        first = next(iter(self._layers.values()))
+        self.rope = first.rope
+        self.dim = first.rope.rotary_dim
+        self.original_max_seq_len = first.original_max_seq_len
+        if None in self._layers:
+            self.rope_type = first.rope_type
+            self.attention_scaling = first.attention_scaling
+            self.register_buffer("inv_freq", torch.from_numpy(
+                np.asarray(first.inv_freq(), np.float32).copy()), persistent=False)
+        else:
+            self.rope_type = {k: v.rope_type for k, v in self._layers.items()}
+            for k, v in self._layers.items():
+                self.register_buffer(f"{k}_inv_freq", torch.from_numpy(
+                    np.asarray(v.inv_freq(), np.float32).copy()), persistent=False)
+                setattr(self, f"{k}_attention_scaling", v.attention_scaling)
+
+    @property
+    def max_seq_len_cached(self) -> int:
+        """The length whose dynamic-NTK frequencies are in use (transformers' attribute)."""
+        return next(iter(self._layers.values())).max_seq_len_cached
 
     def extra_repr(self) -> str:
-        return repr(self.rope)
+        return f"{self.rope!r}, precision={self.precision!r}"
 
-    def forward(self, x: torch.Tensor, position_ids: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, position_ids: Any,
+                layer_type: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` for ``position_ids`` (``(batch, seq)``), in ``x``'s dtype.
 
-        ``x`` only gives the dtype (and must be on the CPU).
+        ``x`` only gives the dtype (and must be on the CPU).  ``layer_type``
+        selects the table set of a per-layer-type config.
 
         Examples
         --------
@@ -451,22 +870,70 @@ class RotaryEmbedding(nn.Module):
         """
         _check(x, "x")
         pos = _positions(position_ids, "position_ids")
-        if x.dtype == torch.bfloat16:      # round once, from float64
-            cos, sin = self.rope.cos_sin(pos, dtype=np.float64)
-            return _tensor(cos, torch.bfloat16), _tensor(sin, torch.bfloat16)
-        cos, sin = self.rope.cos_sin(pos, dtype=_np_dtype(x.dtype))
-        return _tensor(cos), _tensor(sin)
+        if self.layer_types:
+            if layer_type is None:
+                raise ValueError(f"this rotary module has one RoPE per layer type "
+                                 f"{self.layer_types}: pass layer_type=")
+            if layer_type not in self._layers:
+                raise ValueError(f"layer_type {layer_type!r} has no RoPE here (NoPE or unknown); "
+                                 f"expected one of {self.layer_types}")
+            layer = self._layers[layer_type]
+        else:
+            layer = self._layers[None]
+        before = layer.max_seq_len_cached
+        complex_tables = self.convention.tables == "complex"
+        tables = layer.tables(pos, x.dtype, self.convention.tables != "half", self.mrope,
+                              polar=complex_tables)
+        if layer.max_seq_len_cached != before and layer.rope_type == "dynamic":
+            name = "inv_freq" if layer_type is None or not self.layer_types \
+                else f"{layer_type}_inv_freq"
+            if layer.precision == "float32":
+                inv = np.asarray(layer.inv_freq(), np.float32)
+            else:
+                inv = posemb.rope_inv_freq(
+                    layer.rope.rotary_dim, layer.rope.base, scaling=layer.rope.scaling,
+                    max_position_embeddings=layer.rope.max_position_embeddings,
+                    seq_len=layer.max_seq_len_cached).astype(np.float32)
+            setattr(self, name, torch.from_numpy(inv.copy()))
+        return tables  # (cos, sin), or DeepSeek-V2's / Llama 4's complex64 freqs_cis
+
+    def apply_rotary_pos_emb(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                             sin: torch.Tensor,
+                             unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """This model family's ``apply_rotary_pos_emb`` on tables from :meth:`forward`.
+
+        See :func:`apply_rotary_pos_emb_convention`.
+
+        Examples
+        --------
+        >>> import torch, posemb.torch as pt
+        >>> rotary = pt.RotaryEmbedding({"model_type": "cohere", "hidden_size": 32,
+        ...                              "num_attention_heads": 2})
+        >>> q = torch.randn(1, 2, 4, 16)
+        >>> cos, sin = rotary(q, torch.arange(4)[None])
+        >>> qe, ke = rotary.apply_rotary_pos_emb(q, q, cos, sin)
+        >>> qe.shape
+        torch.Size([1, 2, 4, 16])
+        """
+        return apply_rotary_pos_emb_convention(q, k, cos, sin, self.convention, unsqueeze_dim)
 
 
 # ---------------------------------------------------------------- sinusoidal
 
 
 def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
-               layout: str = "interleaved", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+               layout: str = "interleaved", dtype: torch.dtype = torch.float32,
+               spacing: str = "vaswani", padding_idx: int | None = None) -> torch.Tensor:
     """The sinusoidal table as a tensor: :func:`posemb.sinusoidal` (no gradient).
 
     ``(seq_len, dim)``, every value computed in float64 and rounded once to
-    ``dtype`` (bfloat16 included).
+    ``dtype`` (bfloat16 included).  ``spacing="fairseq"`` gives fairseq's
+    ``SinusoidalPositionalEmbedding.get_embedding`` (also transformers'
+    M2M100/FSMT/Speech2Text): frequencies ``base ** (-i / (h - 1))`` for
+    ``i < h = dim // 2`` (the last one exactly ``1/base``), the
+    ``[sin | cos]`` order (``layout="concat"``, required), a zero last column
+    for odd ``dim``, and the row of position ``padding_idx`` all zeros
+    (fairseq's positions then start at ``padding_idx + 1``).
 
     Examples
     --------
@@ -474,12 +941,191 @@ def sinusoidal(seq_len: int, dim: int, *, base: float = 10000.0, start: int = 0,
     >>> pe = pt.sinusoidal(100, 16)
     >>> pe.shape, pe.dtype, pe[0, :4].tolist()
     (torch.Size([100, 16]), torch.float32, [0.0, 1.0, 0.0, 1.0])
+    >>> fs = pt.sinusoidal(10, 8, layout="concat", spacing="fairseq", padding_idx=1)
+    >>> fs[1].abs().sum().item(), round(fs[3, 3].item(), 6)       # row 1 zero; sin(3 * 1e-4)
+    (0.0, 0.0003)
     """
     if dtype not in _FLOATS:
         raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
+    if spacing not in ("vaswani", "fairseq"):
+        raise ValueError(f"spacing must be 'vaswani' or 'fairseq', got {spacing!r}")
     np_dt = np.float64 if dtype == torch.bfloat16 else _np_dtype(dtype)
-    table = posemb.sinusoidal(seq_len, dim, base=base, start=start, layout=layout, dtype=np_dt)
+    if spacing == "vaswani":
+        table = posemb.sinusoidal(seq_len, dim, base=base, start=start, layout=layout,
+                                  dtype=np_dt)
+    else:
+        if layout != "concat":
+            raise ValueError("spacing='fairseq' uses fairseq's [sin | cos] order: pass "
+                             "layout='concat'")
+        n = posemb._checks.size(seq_len, "seq_len")
+        d = posemb._checks.size(dim, "dim")
+        b = posemb._checks.positive_float(base, "base")
+        first = posemb._checks.size(start, "start")
+        h = d // 2
+        if h < 2:
+            raise ValueError(f"spacing='fairseq' needs dim >= 4 (it divides by dim // 2 - 1), "
+                             f"got {d}")
+        freqs = np.exp(np.arange(h, dtype=np.float64) * -(math.log(b) / (h - 1)))
+        angles = (first + np.arange(n, dtype=np.float64))[:, None] * freqs
+        table = np.zeros((n, d), dtype=np.float64)
+        table[:, :h], table[:, h:2 * h] = np.sin(angles), np.cos(angles)
+        table = table.astype(np_dt)
+    if padding_idx is not None:
+        row = posemb._checks.size(padding_idx, "padding_idx") - int(start)
+        if 0 <= row < table.shape[0]:
+            table[row] = 0
     return _tensor(table, dtype)
+
+
+# ---------------------------------------------------------------- Shaw relative embeddings
+
+
+class _ShawEmbed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, table: torch.Tensor, q: int, k: int) -> torch.Tensor:
+        work = _work_dtype(table.dtype)
+        out = posemb.relative_embeddings(_view(table, work), q, k)
+        ctx.args = (q, k, (table.shape[0] - 1) // 2, table.dtype, work)
+        return _tensor(out, table.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        q, k, K, dtype, work = ctx.args
+        g = posemb.relative_embeddings_backward(_view(grad, work), K, q, k)
+        return _tensor(g, dtype), None, None
+
+
+def relative_embeddings(table: torch.Tensor, query_length: int, key_length: int, *,
+                        max_left: int | None = None,
+                        max_right: int | None = None) -> torch.Tensor:
+    """Shaw et al. relative position embeddings ``(query, key, dim)``, with the table's gradient.
+
+    ``out[i, j] = table[clip(j - p_i, -L, R) + L]`` with the queries at the
+    last ``query_length`` key positions (``p_i = key_length - query_length +
+    i``).  Symmetric clipping (``L = R = K``, ``table`` of ``2K + 1`` rows)
+    runs :func:`posemb.relative_embeddings` and its backward (a scatter-add
+    summed in float64).  ``max_left``/``max_right`` give asymmetric limits,
+    as Wav2Vec2-BERT's ``left_max_position_embeddings`` /
+    ``right_max_position_embeddings`` (``table`` of ``L + R + 1`` rows,
+    ``distance_embedding``).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> table = torch.nn.Parameter(torch.randn(5, 4))            # K = 2
+    >>> e = pt.relative_embeddings(table, 6, 6)
+    >>> e.shape
+    torch.Size([6, 6, 4])
+    >>> e.sum().backward()
+    >>> table.grad[:, 0].tolist()             # cells at distance <= -2, -1, 0, 1, >= 2
+    [10.0, 5.0, 6.0, 5.0, 10.0]
+    >>> w = torch.nn.Parameter(torch.randn(4, 2))                  # left 1, right 2
+    >>> pt.relative_embeddings(w, 3, 3, max_left=1, max_right=2)[0, 2].tolist() == w[3].tolist()
+    True
+    """
+    _check(table, "table")
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (rows, dim), got {tuple(table.shape)}")
+    q = posemb._checks.size(query_length, "query_length")
+    k = posemb._checks.size(key_length, "key_length")
+    if max_left is None and max_right is None:
+        return _ShawEmbed.apply(table, q, k)
+    if max_left is None or max_right is None:
+        raise TypeError("give both max_left and max_right (or neither: symmetric clipping)")
+    left = posemb._checks.size(max_left, "max_left")
+    right = posemb._checks.size(max_right, "max_right")
+    if table.shape[0] != left + right + 1:
+        raise ValueError(f"table must have max_left + max_right + 1 = {left + right + 1} rows, "
+                         f"got {table.shape[0]}")
+    pos = np.arange(k - q, k, dtype=np.int64)[:, None]
+    index = np.clip(np.arange(k, dtype=np.int64)[None, :] - pos, -left, right) + left
+    return table[torch.from_numpy(index)]
+
+
+class RelativePositionEmbedding(nn.Module):
+    """A trainable Shaw relative-position table (``(L + R + 1, dim)``), with its gradient.
+
+    ``forward(query_length, key_length) -> (query, key, dim)``: see
+    :func:`relative_embeddings`.  ``max_relative_position=K`` is the
+    symmetric case (Shaw et al., tensor2tensor); ``max_left``/``max_right``
+    the asymmetric one (Wav2Vec2-BERT).
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> rel = pt.RelativePositionEmbedding(16, max_relative_position=4)
+    >>> rel(10, 10).shape, rel.weight.shape
+    (torch.Size([10, 10, 16]), torch.Size([9, 16]))
+    >>> w2v = pt.RelativePositionEmbedding(16, max_left=64, max_right=8)
+    >>> w2v.weight.shape
+    torch.Size([73, 16])
+    """
+
+    def __init__(self, embedding_dim: int, max_relative_position: int | None = None, *,
+                 max_left: int | None = None, max_right: int | None = None,
+                 dtype: torch.dtype | None = None, device: Any = None) -> None:
+        super().__init__()
+        _check_device(device)
+        if max_relative_position is not None:
+            if max_left is not None or max_right is not None:
+                raise TypeError("give max_relative_position or max_left/max_right, not both")
+            k = posemb._checks.size(max_relative_position, "max_relative_position")
+            self.max_left = self.max_right = None
+            rows = 2 * k + 1
+        else:
+            if max_left is None or max_right is None:
+                raise TypeError("give max_relative_position, or both max_left and max_right")
+            self.max_left = posemb._checks.size(max_left, "max_left")
+            self.max_right = posemb._checks.size(max_right, "max_right")
+            rows = self.max_left + self.max_right + 1
+        dim = posemb._checks.size(embedding_dim, "embedding_dim")
+        self.weight = nn.Parameter(torch.empty(rows, dim, dtype=dtype))
+        nn.init.normal_(self.weight)
+
+    def forward(self, query_length: int, key_length: int) -> torch.Tensor:
+        """The ``(query_length, key_length, dim)`` embeddings.
+
+        Examples
+        --------
+        >>> import posemb.torch as pt
+        >>> pt.RelativePositionEmbedding(2, 1)(1, 3).shape
+        torch.Size([1, 3, 2])
+        """
+        return relative_embeddings(self.weight, query_length, key_length,
+                                   max_left=self.max_left, max_right=self.max_right)
+
+
+def apply_multimodal_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, mrope_section: Any,
+                                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for Qwen2-VL/Qwen2.5-Omni's ``apply_multimodal_rotary_pos_emb``, with autograd.
+
+    ``cos``/``sin`` are per-axis tables ``(3, batch, seq, head_dim)`` (temporal,
+    height, width); frequency band section ``j`` (in both halves) comes from
+    ``cos[j % 3]``, then the half-split rotation is applied.
+    :class:`RotaryEmbedding` built from such a config returns the selected
+    ``(batch, seq, head_dim)`` tables directly.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> cos, sin = torch.randn(3, 1, 4, 16), torch.randn(3, 1, 4, 16)
+    >>> q = torch.randn(1, 2, 4, 16, requires_grad=True)
+    >>> qe, ke = pt.apply_multimodal_rotary_pos_emb(q, q, cos, sin, [2, 3, 3])
+    >>> qe.shape
+    torch.Size([1, 2, 4, 16])
+    """
+    _check(cos, "cos")
+    _check(sin, "sin")
+    sections = [posemb._checks.size(s, "mrope_section") for s in mrope_section]
+    if cos.ndim < 1 or cos.shape[-1] != 2 * sum(sections):
+        raise ValueError(f"cos/sin must end in 2 * sum(mrope_section) = {2 * sum(sections)} "
+                         f"features, got shape {tuple(cos.shape)}")
+    split = sections * 2
+    cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(split, dim=-1))], dim=-1)
+    sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(split, dim=-1))], dim=-1)
+    return apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
 
 
 # ---------------------------------------------------------------- ALiBi
@@ -556,6 +1202,80 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     bias = posemb.alibi_bias(slopes_or_num_heads, query_length, key_length,
                              symmetric=symmetric, query_offset=query_offset, dtype=np_dt)
     return _tensor(bias, out_dtype)
+
+
+def _bloom_float32_slopes(num_heads: int) -> torch.Tensor:
+    """BLOOM's ``_get_alibi_slopes``: float32 powers of a float32-rounded base."""
+    c = 1 << (num_heads.bit_length() - 1)
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(c) - 3))), dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + c, dtype=torch.int32))
+    if c != num_heads:
+        extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * c) - 3))), dtype=torch.float32)
+        n = min(c, num_heads - c)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * n, 2,
+                                                                   dtype=torch.int32))])
+    return slopes
+
+
+def build_alibi_tensor(attention_mask: torch.Tensor, num_heads: int,
+                       dtype: torch.dtype, *, precision: str = "exact") -> torch.Tensor:
+    """Drop-in for BLOOM's ``build_alibi_tensor``: ALiBi with padding-aware positions.
+
+    Each key's position counts only the real tokens before it
+    (``(attention_mask.cumsum(-1) - 1) * attention_mask``: left padding does
+    not shift the positions of the real tokens), times Press's slope of each
+    head (:func:`posemb.alibi_slopes`, exact, rounded once to float32).
+    Returns ``(batch * num_heads, 1, seq)`` in ``dtype``, as transformers'
+    does (the query-independent form: softmax ignores the per-row constant).
+    ``precision="float32"`` computes the slopes as BLOOM does (float32 powers
+    of a rounded base: an ulp away for head counts such as 16, whose slopes
+    are not powers of two), bit for bit.
+
+    Examples
+    --------
+    >>> import torch, posemb.torch as pt
+    >>> mask = torch.tensor([[0, 0, 1, 1, 1]])                 # two padding tokens
+    >>> pt.build_alibi_tensor(mask, 2, torch.float32)[0, 0].tolist()
+    [0.0, 0.0, 0.0, 0.0625, 0.125]
+    """
+    _check(attention_mask, "attention_mask", floating=False)
+    if attention_mask.ndim != 2:
+        raise ValueError(f"attention_mask must be (batch, seq), got {tuple(attention_mask.shape)}")
+    if dtype not in _FLOATS:
+        raise TypeError(f"dtype must be a torch float dtype, got {dtype}")
+    if precision not in ("exact", "float32"):
+        raise ValueError(f"precision must be 'exact' or 'float32', got {precision!r}")
+    batch, seq = attention_mask.shape
+    mask = attention_mask.detach().to(torch.int64)
+    positions = (mask.cumsum(dim=-1) - 1) * mask
+    if precision == "float32":
+        slopes = _bloom_float32_slopes(posemb._checks.size(num_heads, "num_heads", minimum=1))
+    else:
+        slopes = torch.from_numpy(posemb.alibi_slopes(num_heads, dtype=np.float32))
+    alibi = slopes[None, :, None] * positions[:, None, :]
+    return alibi.reshape(batch * slopes.shape[0], 1, seq).to(dtype)
+
+
+def build_mpt_alibi_tensor(num_heads: int, sequence_length: int, alibi_bias_max: float = 8,
+                           device: Any = None) -> torch.Tensor:
+    """Drop-in for MPT's ``build_mpt_alibi_tensor``: ``(num_heads, 1, sequence_length)``.
+
+    ``bias[h, 0, j] = m_h * (j - (sequence_length - 1))`` with the slopes
+    ``2 ** (-alibi_bias_max * (h + 1) / c)`` (:func:`posemb.alibi_slopes`
+    with ``alibi_bias_max``), float32.
+
+    Examples
+    --------
+    >>> import posemb.torch as pt
+    >>> pt.build_mpt_alibi_tensor(2, 3, alibi_bias_max=8)[:, 0].tolist()
+    [[-0.125, -0.0625, 0.0], [-0.0078125, -0.00390625, 0.0]]
+    """
+    _check_device(device)
+    n = posemb._checks.size(sequence_length, "sequence_length")
+    slopes = torch.from_numpy(posemb.alibi_slopes(num_heads, dtype=np.float32,
+                                                  alibi_bias_max=alibi_bias_max))
+    distance = torch.arange(1 - n, 1, dtype=torch.int32)
+    return (distance[None, None, :] * slopes[:, None, None])
 
 
 # ---------------------------------------------------------------- T5

@@ -927,8 +927,8 @@ py_sinusoidal_table(PyObject *Py_UNUSED(self), PyObject *args)
     if (nf > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(double) /
                  (2 * PE_SINUSOIDAL_BLOCK + 2 * PE_SINUSOIDAL_SUPER + 4))
         return PyErr_NoMemory();
-    work = (double *)PyMem_RawMalloc((size_t)PE_SINUSOIDAL_WORK(dim) *
-                                     sizeof(double));
+    work = (double *)PyMem_Malloc((size_t)PE_SINUSOIDAL_WORK(dim) *
+                                  sizeof(double));
     if (work == NULL)
         return PyErr_NoMemory();
 
@@ -944,7 +944,7 @@ py_sinusoidal_table(PyObject *Py_UNUSED(self), PyObject *args)
         pe_sinusoidal_table_f64(n, (int64_t)start, dim, w, concat,
                                 (double *)PyArray_DATA(out), work);
     Py_END_ALLOW_THREADS
-    PyMem_RawFree(work);
+    PyMem_Free(work);
     Py_RETURN_NONE;
 }
 
@@ -1104,7 +1104,7 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
     if (nwork > 0) {
         if (nwork > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(int64_t))
             return PyErr_NoMemory();
-        work = (int64_t *)PyMem_RawMalloc((size_t)nwork * sizeof(int64_t));
+        work = (int64_t *)PyMem_Malloc((size_t)nwork * sizeof(int64_t));
         if (work == NULL)
             return PyErr_NoMemory();
     }
@@ -1120,7 +1120,7 @@ py_learned_back(PyObject *Py_UNUSED(self), PyObject *args)
         pe_learned_back_f64(n, d, (const double *)PyArray_DATA(g), p, m,
                             (double *)PyArray_DATA(gw), work, assign);
     Py_END_ALLOW_THREADS
-    PyMem_RawFree(work);
+    PyMem_Free(work);
     Py_RETURN_NONE;
 }
 

@@ -18,7 +18,9 @@
 /*
  * Run-time SIMD dispatch: with GCC on x86-64 ELF targets, hot kernels are
  * compiled for AVX2 and the baseline (SSE2) and the loader picks one by
- * CPUID (an ifunc).  Elsewhere they are compiled once for the baseline.
+ * CPUID (an ifunc).  Elsewhere -- musl (musllinux) has no ifunc, so glibc
+ * only (__GLIBC__ comes with <stdint.h>) -- they are compiled once for the
+ * baseline.
  * The build itself never uses -march, so one wheel runs everywhere.
  * No AVX-512 clone: -mavx512f implies FMA, and GCC 12 then forms
  * vfmaddsub from the interleaved RoPE's a*b -/+ c*d despite
@@ -31,7 +33,7 @@
  * so the paths other CPUs take are tested here too.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__ELF__) && !defined(POSEMB_NO_CLONES)
+    defined(__ELF__) && defined(__GLIBC__) && !defined(POSEMB_NO_CLONES)
 #define PE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PE_SIMD_CLONES

@@ -235,9 +235,6 @@ SCALING_BAD = [
     ("longrope-orig-1", dict(_LR, original_max_position_embeddings=1, factor=4.0), ValueError),
     ("llama3-missing", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                         "original_max_position_embeddings": 8}, ValueError),
-    ("llama3-equal", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0,
-                      "high_freq_factor": 2.0, "original_max_position_embeddings": 8},
-     ValueError),
     ("llama3-low-above-high", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
                                "high_freq_factor": 1.0, "original_max_position_embeddings": 8},
      ValueError),
@@ -263,6 +260,10 @@ CONFIG_GOOD = [
                   "rope_scaling": {"type": "yarn", "factor": 4.0,
                                    "original_max_position_embeddings": 16}}),
     ("rope_scaling-None", {"head_dim": 8, "rope_scaling": None}),
+    ("glm4", {"model_type": "glm4", "head_dim": 16}),
+    ("cohere", {"architectures": ["CohereForCausalLM"], "head_dim": 8}),
+    ("proportional", {"head_dim": 8, "rope_parameters": {"rope_type": "proportional",
+                                                         "partial_rotary_factor": 0.5}}),
 ]
 CONFIG_BAD = [
     (["head_dim", 8], TypeError, "config"), ("config.json", TypeError, "config"),
@@ -284,7 +285,11 @@ CONFIG_BAD = [
     ({"head_dim": 8, "max_position_embeddings": "4096"}, TypeError, "max_position_embeddings"),
     ({"head_dim": 8, "max_position_embeddings": 0}, ValueError, "max_position_embeddings"),
     ({"head_dim": 8, "rope_interleave": "no"}, TypeError, "rope_interleave"),
+    ({"model_type": "gemma3_text", "head_dim": 8, "rope_local_base_freq": 1e4}, ValueError,
+     "layer_type"),
 ]
+GEMMA3 = {"model_type": "gemma3_text", "head_dim": 8, "rope_theta": 1e6,
+          "rope_local_base_freq": 1e4, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
 
 
 SPECS = [
@@ -592,6 +597,23 @@ SPECS = [
     Spec("rope_config", _rope_config_summary, dict(config=LLAMA, seq_len=None, dtype=np.float32),
          dict(config=(OTHER, dict(good=CONFIG_GOOD, bad=CONFIG_BAD)),
               seq_len=(SIZE, dict(optional=True)), dtype=(DTYPE, {}))),
+    Spec("rope_convention", posemb.rope_convention, dict(config={"model_type": "glm4"}),
+         dict(config=(OTHER, dict(good=[("str", "cohere"), ("deepseek", {"model_type":
+                                                                         "deepseek_v3"})],
+                                  bad=[(None, TypeError, "config"), (3, TypeError, "config"),
+                                       ({"rope_interleave": "yes"}, TypeError,
+                                        "rope_interleave")])))),
+    Spec("RopeConvention", posemb.RopeConvention, dict(pairs="interleaved", tables="repeat"),
+         dict(pairs=(OTHER, dict(bad=[("diagonal", ValueError, "pairs")])),
+              tables=(OTHER, dict(bad=[("cat", ValueError, "tables")])))),
+    Spec("layer_rope_parameters", posemb.layer_rope_parameters, dict(config=GEMMA3),
+         dict(config=(OTHER, dict(
+             good=[("flat", {"head_dim": 8}),
+                   ("nested", {"layer_types": ["full_attention"],
+                               "rope_parameters": {"full_attention": None}})],
+             bad=[(None, TypeError, "config"),
+                  ({"layer_types": ["full_attention"], "rope_parameters": {"full_attention": 3}},
+                   TypeError, "rope_parameters")])))),
     Spec("convert_rope_layout", posemb.convert_rope_layout,
          dict(weight=np.arange(16.0).reshape(8, 2), num_heads=2, to="half", rotary_dim=2),
          dict(weight=(OTHER, dict(
@@ -1189,7 +1211,8 @@ def test_case_count():
     print(f"\nbad-input cases: {n} ({len(CASES)} generated over {len(SPECS)} public "
           f"callables, {len(HUGE)} huge-size and {len(EMPTY_BUT_LONG)} empty-but-long cases)")
     public = {name for name in posemb.__all__ if callable(getattr(posemb, name))}
-    covered = {s.name.split(".")[0] for s in SPECS} | {"get_num_threads"}
+    # bench: a good call runs the benchmark; tests/test_main.py checks its arguments
+    covered = {s.name.split(".")[0] for s in SPECS} | {"get_num_threads", "bench"}
     assert public <= covered, public - covered
     assert n >= 1000
 

@@ -35,6 +35,8 @@ MODULES = sorted({getattr(posemb, name).__module__ for name in posemb.__all__
 @pytest.mark.parametrize("modname", MODULES)
 def test_docstring_examples(modname):
     import importlib
+    if modname == "posemb.plot":
+        pytest.importorskip("matplotlib")
     mod = importlib.import_module(modname)
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0

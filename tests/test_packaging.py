@@ -38,6 +38,7 @@ def git_files(*paths):
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory):
+    pytest.importorskip("build")         # python -m build (the test extra has it)
     out = tmp_path_factory.mktemp("sdist")
     # the build requirements (setuptools, numpy) are installed: no isolated env to fetch
     proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation",
@@ -57,7 +58,8 @@ def members(path):
 
 def test_sdist_has_every_source(sdist):
     have = members(sdist)
-    want = git_files("src", "posemb") | set(BUILD_FILES)
+    # the sources, and what the tests read (they must pass from the unpacked sdist)
+    want = git_files("src", "posemb", "tests", "examples", "docs", "benchmarks") | set(BUILD_FILES)
     assert want, "git ls-files found nothing"
     missing = sorted(want - have)
     assert not missing, f"the sdist lacks {missing}"

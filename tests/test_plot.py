@@ -6,9 +6,12 @@ import runpy
 
 import numpy as np
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from PIL import Image
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("PIL")
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from PIL import Image  # noqa: E402
 
 import posemb
 import posemb.plot

@@ -9,7 +9,9 @@ rounding (and of float64's at large angles).
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, example, given, settings, strategies as st  # noqa: E402
 
 import posemb
 from posemb import _reference as R

@@ -458,7 +458,7 @@ def test_rope_config_details():
     ({"rope_type": "linear", "factor": [2.0]}, TypeError, "factor"),
     ({"rope_type": "linear", "factor": True}, TypeError, "factor"),
     ({"rope_type": "yarn", "factor": float("nan")}, ValueError, "factor"),
-    (dict(LLAMA3, high_freq_factor=1.0), ValueError, "high_freq_factor"),
+    (dict(LLAMA3, high_freq_factor=0.5), ValueError, "high_freq_factor"),
     (dict(LLAMA3, original_max_position_embeddings=0), ValueError, "original_max_position_embeddings"),
     ({"rope_type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 4,
       "original_max_position_embeddings": 64}, ValueError, "short_factor"),
