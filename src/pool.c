@@ -24,6 +24,7 @@
 #if defined(_WIN32) || defined(POSEMB_NO_THREADS)
 
 ptrdiff_t pe_cache_l2_bytes(void) { return (ptrdiff_t)1 << 20; }
+ptrdiff_t pe_cache_llc_bytes(void) { return (ptrdiff_t)1 << 20; }
 int pe_set_num_threads(int n) { (void)n; return 1; }
 int pe_get_num_threads(void) { return 1; }
 void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
@@ -77,6 +78,22 @@ ptrdiff_t pe_cache_l2_bytes(void)
             v = 256L << 10;
         if (v > (4L << 20))
             v = 4L << 20;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return (ptrdiff_t)v;
+}
+
+ptrdiff_t pe_cache_llc_bytes(void)
+{
+    static atomic_long cached;     /* probed once; every thread probes alike */
+    long v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        v = 0;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+        v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+        if (v <= 0)
+            v = (long)pe_cache_l2_bytes();
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return (ptrdiff_t)v;

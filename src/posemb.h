@@ -93,6 +93,9 @@ int pe_get_num_threads(void);    /* default: online CPUs */
  * 1 MiB where the system does not say), clamped to [256 KiB, 4 MiB].
  */
 ptrdiff_t pe_cache_l2_bytes(void);
+/* The last-level (L3) cache size, read once at run time (the L2 size where
+ * the system does not say). */
+ptrdiff_t pe_cache_llc_bytes(void);
 /*
  * Work below this many bytes touched per thread runs on one thread: one
  * core's L2 (pe_cache_l2_bytes).  Work that fits there takes tens of

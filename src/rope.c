@@ -755,6 +755,7 @@ typedef struct {
     ptrdiff_t prefetch;  /* bytes of the next head's part to prefetch */
     ptrdiff_t rows;      /* positions per block */
     ptrdiff_t blocks;    /* blocks per batch entry */
+    int heads_inner;     /* x's heads lie closer in memory than its positions */
 } rope_grid_job;
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -808,6 +809,25 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         L.y_inner = g->y_inner;
         L.cos_inner = g->cos_inner;
         L.sin_inner = g->sin_inner;
+        if (job->heads_inner) {
+            /* (b, s, h, d) memory (HF's view().transpose(1, 2), Meta's
+             * layout, heads sliced from a fused projection): position by
+             * position, every head of it in one call over the heads, which
+             * share the position's table row -- a forward walk through x */
+            L.n = g->H;
+            L.x_step = g->x_h;
+            L.y_step = g->y_h;
+            L.cos_step = 0;
+            L.sin_step = 0;
+            for (ptrdiff_t k = 0; k < rows; k++) {
+                L.x = g->x + b * g->x_b + (s0 + k) * g->x_s;
+                L.y = g->y + b * g->y_b + (s0 + k) * g->y_s;
+                L.cos = g->cos + b * g->cos_b + (s0 + k) * g->cos_s;
+                L.sin = g->sin + b * g->sin_b + (s0 + k) * g->sin_s;
+                fn(&L);
+            }
+            continue;
+        }
         for (ptrdiff_t h = 0; h < g->H; h++) {
             L.x = g->x + b * g->x_b + h * g->x_h + s0 * g->x_s;
             L.y = g->y + b * g->y_b + h * g->y_h + s0 * g->y_s;
@@ -860,6 +880,11 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     }
     job->rows = rows;
     job->blocks = (g->S + rows - 1) / rows;
+    {
+        const ptrdiff_t ah = g->x_h < 0 ? -g->x_h : g->x_h;
+        const ptrdiff_t as = g->x_s < 0 ? -g->x_s : g->x_s;
+        job->heads_inner = g->H > 1 && g->S > 1 && ah < as;
+    }
     block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, job->itemsize);
     pe_parallel_for(g->B * job->blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
                     rope_grid_task, job);
@@ -867,7 +892,7 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
 
 void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
 {
-    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0};
+    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0, 0};
     grid_run(&job, rope_block_table_bytes());
 }
 
@@ -900,7 +925,7 @@ void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int 
     const ptrdiff_t h = g->r / 2;
     /* half-split: table rows checked block by block for duplicated halves */
     rope_grid_job job = {full[kind][f64], inter ? NULL : dup[back][f64], g, itemsize,
-                         2048, 0, 0};
+                         2048, 0, 0, 0};
     ptrdiff_t table_bytes = rope_block_table_bytes();
     const int tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
     if (!tables_ok)
