@@ -1,5 +1,8 @@
 """One call of each posemb kernel family on small arrays, and the error paths,
 for .ci/valgrind.sh (memcheck).  Small on purpose: valgrind runs it ~50x slower."""
+import os
+import sys
+
 import numpy as np
 
 import posemb
@@ -14,6 +17,16 @@ def expect_error(fn, *args, **kw):
     except (TypeError, ValueError, IndexError, MemoryError):
         return
     raise AssertionError(f"{fn} did not raise")
+
+
+# every registered public call once (tests/registry.py), then the families' layouts below
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import registry  # noqa: E402
+
+for _name, _fn, _args, _kwargs, _ in registry.REGISTRY:
+    _fn(*_args, **_kwargs)
+for _name, _fn, _args, _kwargs in registry.ERROR_CALLS:
+    expect_error(_fn, *_args, **_kwargs)
 
 
 # RoPE: gufunc path (every dtype, both layouts, partial, strided, in place), grid path, tables

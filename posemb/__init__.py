@@ -41,7 +41,6 @@ def _require_built_extension() -> None:
 _require_built_extension()
 
 from ._rope import (  # noqa: E402
-    RoPE,
     apply_rope,
     apply_rope_backward,
     apply_rotary_emb,
@@ -59,6 +58,7 @@ from ._threads import get_num_threads, set_num_threads
 from ._bench import bench
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
+from ._rope_module import RoPE, rope_config  # noqa: E402
 from ._conventions import *  # noqa: F401,F403
 from ._sinusoidal import *  # noqa: F401,F403
 from ._learned import *  # noqa: F401,F403
@@ -88,6 +88,7 @@ __all__ = [
     "set_num_threads",
     "bench",
     "__version__",
+    "rope_config",
     *_rope_scaling.__all__,
     *_rope_variants.__all__,
     *_conventions.__all__,

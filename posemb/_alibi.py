@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = ["alibi_slopes", "alibi_bias"]
 
-_MAX_EXTENT = 2**52    # distances stay exact in float64
 
 
 def alibi_slopes(num_heads: int, *, dtype: Any = np.float64,
@@ -30,8 +30,8 @@ def alibi_slopes(num_heads: int, *, dtype: Any = np.float64,
     ``dtype``: within an ulp of Press's ``start * ratio ** i``, and exact when
     ``e`` is an integer.  For ``num_heads`` not a power of two, with ``c`` the
     largest power of two below it, the slopes are ``get_slopes(c)`` followed
-    by ``get_slopes(2c)[0::2][:num_heads - c]``.  Seed 003's ``1 / 2**(8h/H)``
-    is the power-of-two case.
+    by ``get_slopes(2c)[0::2][:num_heads - c]``.  The ``1 / 2**(8h/H)`` of the
+    "Positional Encodings in Transformer Models" tutorial is the power-of-two case.
 
     Parameters
     ----------
@@ -60,6 +60,7 @@ def alibi_slopes(num_heads: int, *, dtype: Any = np.float64,
     """
     n = _checks.size(num_heads, "num_heads", minimum=1)
     dt = _checks.float_dtype(dtype)
+    _checks.check_result((n,), np.float64, "num_heads", copies=3)
     c = 1 << (n.bit_length() - 1)                 # largest power of two <= n
     top = _checks.positive_float(alibi_bias_max, "alibi_bias_max")
     exponents = -top * np.arange(1, c + 1, dtype=np.float64) / c
@@ -132,17 +133,12 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     True
     """
     slopes = _slopes(slopes_or_num_heads)
-    q = _checks.size(query_length, "query_length")
-    k = _checks.size(key_length, "key_length")
-    for name, v in (("query_length", q), ("key_length", k)):
-        if v > _MAX_EXTENT:
-            raise ValueError(f"{name} must be <= 2**52, got {v}")
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_ALIBI_EXTENT)
+    k = _checks.bounded(key_length, "key_length", _checks.MAX_ALIBI_EXTENT)
     if query_offset is None:
         off = k - q
     else:
-        off = _checks.size(query_offset, "query_offset", minimum=-_MAX_EXTENT)
-        if off > _MAX_EXTENT:
-            raise ValueError(f"query_offset must be <= 2**52, got {off}")
+        off = _checks.bounded(query_offset, "query_offset", _checks.MAX_ALIBI_EXTENT, signed=True)
     symmetric = _checks.flag(symmetric, "symmetric")
     shape = (slopes.shape[0], q, k)
     if out is not None:
@@ -154,6 +150,8 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     else:
         dt = _checks.float_dtype(dtype)
     work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
+    _checks.check_result(shape, work, "slopes_or_num_heads, query_length and key_length",
+                         extra=0 if out is None and work == dt else _checks.nbytes(shape, dt))
     res = np.empty(shape, dtype=work)
     _core._alibi_bias(slopes, res, off, symmetric)
     if out is not None:

@@ -83,6 +83,9 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
         raise ValueError(
             f"q, k and v leading axes must broadcast, got {q.shape}, {k.shape}, {v.shape}") from None
     scores_shape = lead + (q.shape[-2], k.shape[-2])
+    # scores, exp, weights and a masked copy: four score-sized temporaries
+    _checks.check_result(scores_shape, work, "q and k", copies=4,
+                         what=f"the {scores_shape} attention scores and their temporaries")
 
     scores = np.matmul(q.astype(work, copy=False),
                        np.swapaxes(k.astype(work, copy=False), -1, -2))

@@ -438,7 +438,7 @@ def _sinusoidal_cases(cfg: Config) -> list[Case]:
 
     t_fn = None
     if torch is not None:
-        def t_fn() -> Any:   # create_sinusoidal_encodings (seed 003), float32
+        def t_fn() -> Any:   # the MLM tutorial's create_sinusoidal_encodings, float32
             i = torch.arange(0, d // 2)
             div_term = torch.exp(-np.log(10000) * (2 * i / d))
             position = torch.arange(n).unsqueeze(1)
@@ -913,6 +913,17 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (else argparse's usage error, no traceback)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {v}")
+    return v
+
+
 def bench(families: str | Sequence[str] | None = None, *, quick: bool = False,
           repeat: int = 15, threads: int | None = None, show: bool = True,
           compile: bool | None = None, ort: bool | None = None) -> dict[str, Any]:
@@ -986,10 +997,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
                         help="only these kernel families (repeatable; default all)")
-    parser.add_argument("--repeat", type=int, default=15, help="runs per median (default 15)")
+    parser.add_argument("--repeat", type=_positive_int, default=15,
+                        help="runs per median (default 15)")
     parser.add_argument("--quick", action="store_true",
                         help="smaller shapes (not sized from the cache), no torch.compile")
-    parser.add_argument("--threads", type=int, help="posemb (and torch) thread count")
+    parser.add_argument("--threads", type=_positive_int,
+                        help="posemb (and torch) thread count, >= 1")
     parser.add_argument("--compile", dest="compile", action="store_true", default=None,
                         help="torch.compile columns (default: when a C++ compiler is "
                              "present and not --quick)")

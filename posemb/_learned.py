@@ -1,6 +1,7 @@
 """Learned position encodings: the fused forward, the backward, LearnedPE.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (PyTorch ``nn.Embedding`` and its gradient; GPT-2/BERT position
+embeddings; TorchLean's learned positional encoding):
 
 * ``weight`` is the ``(max_length, dim)`` table (``nn.Embedding(max_length, dim)``).
 * Forward ``y = x + weight[positions]`` for ``x`` of shape ``(..., seq, dim)``;
@@ -19,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
 
 __all__ = ["learned_pe_forward", "learned_pe_backward", "LearnedPE"]
@@ -44,7 +46,7 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     if _checks.size(offset, "offset") != 0:
         raise ValueError("offset applies only when positions is not given "
                          "(positions are absolute)")
-    pos = _checks.positions_array(positions, limit=limit)
+    pos = _checks.integer_array(positions, "positions")
     try:
         ok = np.broadcast_shapes(pos.shape, lead) == lead
     except ValueError:
@@ -52,7 +54,7 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     if not ok:
         raise ValueError(
             f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = {lead}")
-    return pos
+    return _checks.positions_array(pos, limit=limit)
 
 
 @accepts_bfloat16("x", "weight")
@@ -98,6 +100,7 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
             f"weight's width ({weight.shape[1]}) must equal x's last axis, "
             f"got x of shape {tuple(x.shape)}")
     pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
+    x, (pos,) = _checks.dask_operands(x, (pos,), (-1,), others_core=0)
     if out is None:
         return _core.learned_pe_fwd(x, pos, weight)
     return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
@@ -144,6 +147,8 @@ def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: 
     pos = _positions(positions, offset, grad_out.shape, num_positions, "grad_out")
     lead = grad_out.shape[:-1]
     n, d = int(np.prod(lead, dtype=np.int64)), grad_out.shape[-1]
+    _checks.check_result((num_positions, d), np.float32 if grad_out.dtype == np.float16
+                         else grad_out.dtype, "num_positions", extra=8 * n)
     flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
     g = _checks.c_array(grad_out).reshape(n, d)
     half = grad_out.dtype == np.float16
@@ -193,6 +198,9 @@ class LearnedPE:
         self.std = _checks.finite_float(std, "std")
         if self.std < 0:
             raise ValueError(f"std must be >= 0, got {std!r}")
+        # the weight, and the float64 normal draws it is made from
+        _checks.check_result((self.max_length, self.dim), self.dtype, "max_length and dim",
+                             extra=_checks.nbytes((self.max_length, self.dim), np.float64))
         try:
             rng = np.random.default_rng(seed)
         except (TypeError, ValueError) as e:

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = [
     "causal_mask",
@@ -24,14 +25,9 @@ __all__ = [
     "create_padding_mask",
 ]
 
-_MAX_EXTENT = 2**61
-
 
 def _signed(value: Any, name: str) -> int:
-    v = _checks.size(value, name, minimum=-_MAX_EXTENT)
-    if v > _MAX_EXTENT:
-        raise ValueError(f"{name} must be <= 2**61, got {v}")
-    return v
+    return _checks.bounded(value, name, _checks.MAX_EXTENT, signed=True)
 
 
 def causal_mask(query_length: int, key_length: int | None = None, *,
@@ -70,15 +66,13 @@ def causal_mask(query_length: int, key_length: int | None = None, *,
            [0, 1, 1, 0],
            [0, 0, 1, 1]])
     """
-    q = _checks.size(query_length, "query_length")
-    k = q if key_length is None else _checks.size(key_length, "key_length")
-    for name, v in (("query_length", q), ("key_length", k)):
-        if v > _MAX_EXTENT:
-            raise ValueError(f"{name} must be <= 2**61, got {v}")
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_EXTENT)
+    k = q if key_length is None else _checks.bounded(key_length, "key_length", _checks.MAX_EXTENT)
     w = -1 if window is None else _checks.size(window, "window", minimum=1)
     off = k - q if query_offset is None else _signed(query_offset, "query_offset")
+    _checks.check_result((q, k), np.bool_, "query_length and key_length")
     out = np.empty((q, k), dtype=np.bool_)
-    _core._causal_mask(out, off, min(w, 2**62))
+    _core._causal_mask(out, off, min(w, _checks.MAX_WINDOW))
     return out
 
 
@@ -113,6 +107,7 @@ def padding_mask(lengths: Any, max_length: int, *, side: str = "right") -> np.nd
     if not isinstance(side, str) or side not in ("right", "left"):
         raise ValueError(f"side must be 'right' or 'left', got {side!r}")
     n = _lengths(lengths, m)
+    _checks.check_result((n.shape[0], m), np.bool_, "lengths and max_length", copies=2)
     out = np.empty((n.shape[0], m), dtype=np.bool_)
     _core._padding_mask(n, out, side == "left")
     return out
@@ -208,23 +203,26 @@ def attention_mask(query_length: int, key_length: int | None = None, *,
            [1, 1, 0],
            [1, 1, 0]])
     """
-    q = _checks.size(query_length, "query_length")
-    k = q if key_length is None else _checks.size(key_length, "key_length")
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_EXTENT)
+    k = q if key_length is None else _checks.bounded(key_length, "key_length", _checks.MAX_EXTENT)
     if _checks.flag(causal, "causal"):
         mask = causal_mask(q, k, window=window, query_offset=query_offset)
     elif window is not None:
         # bidirectional local attention: keys within window - 1 of the query's position
         off = k - q if query_offset is None else _signed(query_offset, "query_offset")
         w = _checks.size(window, "window", minimum=1)
+        # int64 distances and their absolute values, then the mask
+        _checks.check_result((q, k), np.int64, "query_length and key_length", copies=2,
+                             extra=_checks.nbytes((q, k), np.bool_))
         i = np.arange(q, dtype=np.int64)[:, None] + off
         mask = np.abs(np.arange(k, dtype=np.int64)[None, :] - i) < w
     else:
-        if q > _MAX_EXTENT or k > _MAX_EXTENT:
-            raise ValueError(f"query_length and key_length must be <= 2**61, got {q}, {k}")
+        _checks.check_result((q, k), np.bool_, "query_length and key_length")
         mask = np.ones((q, k), dtype=np.bool_)
     if lengths is None:
         return mask
-    _lengths(lengths, k, "key_length")      # names key_length when it is too short
+    n = _lengths(lengths, k, "key_length")      # names key_length when it is too short
+    _checks.check_result((n.shape[0], q, k), np.bool_, "lengths, query_length and key_length")
     keys = padding_to_attention_mask(padding_mask(lengths, k, side=side))
     return mask[None, None] & keys
 

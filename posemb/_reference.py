@@ -1,7 +1,7 @@
 """Slow, obviously-correct float64 oracles for every posemb kernel.
 
-Each function is written from the formulas of the project's REFERENCE.md in
-plain loops or simple NumPy, independent of the C kernels, so the tests can
+Each function is written from the published formulas (the papers and the
+Hugging Face / Meta / PyTorch functions named in its docstring) in plain loops or simple NumPy, independent of the C kernels, so the tests can
 check a fast path against it over any shape, stride, dtype and position (the
 habit of bottleneck's ``slow/`` package).  Results are float64 (int64 for
 indices and buckets, bool for masks); inputs are read, never written.
@@ -151,7 +151,7 @@ def apply_rotary_emb(xq: Any, xk: Any, freqs_cis: Any) -> tuple[np.ndarray, np.n
 
 def rope_scaling(dim: int, base: float = 10000.0, scaling: Any = None, *,
                  max_position_embeddings: Any = None, seq_len: Any = None) -> Any:
-    """``(inv_freq, attention_factor)`` of HF ``modeling_rope_utils.py`` (REFERENCE.md),
+    """``(inv_freq, attention_factor)`` of HF ``modeling_rope_utils.py`` (``_compute_*_parameters``),
     one frequency at a time in float64."""
     cfg = dict(scaling or {})
     kind = cfg.get("rope_type", cfg.get("type", "default"))

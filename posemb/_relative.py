@@ -1,6 +1,9 @@
 """Relative position biases and embeddings: T5 buckets and Shaw et al.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (Raffel et al., T5, and Hugging Face ``modeling_t5.py``
+``T5Attention._relative_position_bucket``/``compute_bias``; Shaw et al.,
+"Self-Attention with Relative Position Representations", arXiv:1803.02155,
+and tensor2tensor ``_generate_relative_positions_matrix``):
 
 * ``rp = key_pos - query_pos``.  T5 (Hugging Face ``T5Attention``) maps it to
   one of ``num_buckets`` buckets -- exact buckets near zero, logarithmic ones
@@ -17,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = [
     "t5_relative_position_bucket",
@@ -28,23 +32,14 @@ __all__ = [
     "relative_embeddings_backward",
 ]
 
-_MAX_EXTENT = 2**61        # largest size or |offset| the kernels accept
-_MAX_BUCKETS = 2**20       # one boundary per bucket is precomputed
-
 
 def _offset(value: Any, name: str) -> int:
-    """A signed integer offset with |value| <= 2**61."""
-    v = _checks.size(value, name, minimum=-_MAX_EXTENT)
-    if v > _MAX_EXTENT:
-        raise ValueError(f"{name} must be <= 2**61, got {v}")
-    return v
+    """A signed integer offset with |value| <= MAX_EXTENT."""
+    return _checks.bounded(value, name, _checks.MAX_EXTENT, signed=True)
 
 
 def _length(value: Any, name: str) -> int:
-    v = _checks.size(value, name)
-    if v > _MAX_EXTENT:
-        raise ValueError(f"{name} must be <= 2**61, got {v}")
-    return v
+    return _checks.bounded(value, name, _checks.MAX_EXTENT)
 
 
 def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple[bool, int, int]:
@@ -54,12 +49,12 @@ def _t5_params(bidirectional: Any, num_buckets: Any, max_distance: Any) -> tuple
     bidirectional = _checks.flag(bidirectional, "bidirectional")
     least = 4 if bidirectional else 2
     nbk = _checks.size(num_buckets, "num_buckets", minimum=least)
-    if nbk > _MAX_BUCKETS:
+    if nbk > _checks.MAX_BUCKETS:
         raise ValueError(f"num_buckets must be <= 2**20, got {nbk}")
     nb = nbk // 2 if bidirectional else nbk
     max_exact = nb // 2
     md = _checks.size(max_distance, "max_distance")
-    if md <= max_exact or md > 2**53:
+    if md <= max_exact or md > _checks.MAX_DISTANCE:
         raise ValueError(
             f"max_distance must be > {max_exact} (the exact buckets) and <= 2**53, got {md}")
     return bidirectional, nbk, md
@@ -171,6 +166,7 @@ def t5_relative_bias(table: Any, query_length: int, key_length: int, *,
     off = _offset(query_offset, "query_offset")
     shape = (table.shape[1], q, k)
     if out is None:
+        _checks.check_result(shape, table.dtype, "query_length and key_length")
         out = np.empty(shape, dtype=table.dtype)
     else:
         out = _checks.out_array(out, shape)
@@ -223,6 +219,7 @@ def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length:
         g = g.sum(axis=tuple(range(g.ndim - 3)), dtype=np.float64)   # no reshape(-1): size 0
     work = np.float64 if g.dtype == np.float64 else np.float32
     g = _checks.c_array(g, work)
+    _checks.check_result((nbk, g.shape[0]), work, "num_buckets", copies=2)
     out = np.empty((nbk, g.shape[0]), dtype=work)
     _core._t5_bias_backward(g, out, bidirectional, md, off)
     return out.astype(dtype, copy=False)
@@ -235,7 +232,8 @@ def relative_position_index(query_length: int, key_length: int,
     ``index[i, j] = clip(j - q_pos_i, -K, K) + K`` with ``K =
     max_relative_position`` and the queries at the last ``query_length`` key
     positions, ``q_pos_i = key_length - query_length + i``.  Indexes a table of
-    ``2K + 1`` rows (seed 003's module, with clipping).
+    ``2K + 1`` rows (Shaw et al.'s clipping; the "Positional Encodings in
+    Transformer Models" tutorial's ``RelativePositionalEncoding`` without it).
 
     Examples
     --------
@@ -250,6 +248,7 @@ def relative_position_index(query_length: int, key_length: int,
     q = _length(query_length, "query_length")
     k = _length(key_length, "key_length")
     K = _length(max_relative_position, "max_relative_position")
+    _checks.check_result((q, k), np.int64, "query_length and key_length")
     out = np.empty((q, k), dtype=np.int64)
     _core._shaw_index(out, K)
     return out
@@ -280,6 +279,7 @@ def relative_embeddings(table: Any, query_length: int, key_length: int) -> np.nd
             f"table must have 2*max_relative_position + 1 (odd) rows, got {table.shape[0]}")
     q = _length(query_length, "query_length")
     k = _length(key_length, "key_length")
+    _checks.check_result((q, k, table.shape[1]), table.dtype, "query_length and key_length")
     out = np.empty((q, k, table.shape[1]), dtype=table.dtype)
     _core._shaw_embed(table, out)
     return out
@@ -309,6 +309,7 @@ def relative_embeddings_backward(grad: Any, max_relative_position: int,
     dtype = g.dtype
     work = np.float64 if dtype == np.float64 else np.float32
     g = _checks.c_array(g, work)
+    _checks.check_result((2 * K + 1, g.shape[2]), work, "max_relative_position", copies=2)
     out = np.empty((2 * K + 1, g.shape[2]), dtype=work)
     _core._shaw_embed_backward(g, out)
     return out.astype(dtype, copy=False)

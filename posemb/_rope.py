@@ -1,6 +1,8 @@
 """Rotary position embeddings (RoPE): tables, apply, and the RoPE module.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (Su et al., "RoFormer", arXiv:2104.09864; Hugging Face
+``modeling_llama.py`` ``rotate_half``/``apply_rotary_pos_emb``; Meta llama
+``model.py`` ``precompute_freqs_cis``/``apply_rotary_emb``):
 
 * ``d`` is the head size, ``r <= d`` the rotary width (partial rotary when
   ``r < d``), ``h = r // 2`` pairs, ``inv_freq[i] = base ** (-2i / r)``.
@@ -12,14 +14,14 @@ Conventions (see REFERENCE.md of the project):
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
-from ._rope_scaling import frequency_regime, normalize_scaling, rope_scaling_parameters
+from ._rope_scaling import normalize_scaling, rope_scaling_parameters
 
 __all__ = [
     "rope_inv_freq",
@@ -32,7 +34,6 @@ __all__ = [
     "precompute_freqs_cis",
     "apply_rotary_emb",
     "compute_frequencies",
-    "RoPE",
 ]
 
 # kinds as numbered by _core._rope_grid: half fwd, half back, inter fwd, inter back
@@ -111,6 +112,7 @@ def _run(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> An
             _core._rope_grid(kind, xv(x), c4, s4, xv(out))
             return out
     uf = _UFUNCS[kind]
+    x, (cos, sin) = _checks.dask_operands(x, (cos, sin), (-1,))
     try:
         return uf(x, cos, sin) if out is None else uf(x, cos, sin, out=out)
     except (ValueError, TypeError):
@@ -220,28 +222,57 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
 
 
 def _tables(positions: np.ndarray, inv_freq: np.ndarray, interleaved: bool,
-            dtype: np.dtype, attention_scale: float = 1.0,
-            width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Full-width (cos, sin) for int64 positions of any shape (checked).
+            dtype: np.dtype, attention_scale: float = 1.0, width: int | None = None, *,
+            name: str = "positions",
+            culprit: str = "base and scaling") -> tuple[np.ndarray, np.ndarray]:
+    """Full-width (cos, sin) for int64 positions of any shape (checked >= 0).
 
     ``width`` odd (``2 * len(inv_freq) + 1``): the last column is cos 1, sin 0,
     the unpaired feature passing through unchanged (TorchLean's total RoPE).
+    The result size is checked first (MemoryError naming ``name``);
+    float16 tables are made from float64 in row blocks, so temporaries stay
+    within ``_checks.BLOCK_BYTES``.
     """
     if width is not None and width % 2:
-        cos, sin = _tables(positions, inv_freq, interleaved, dtype, attention_scale)
-        one = np.ones(positions.shape + (1,), dtype=cos.dtype)
-        return (np.concatenate((cos, one), axis=-1),
-                np.concatenate((sin, np.zeros_like(one)), axis=-1))
-    flat = _checks.c_array(positions.reshape(-1))
+        n = positions.size
+        _checks.check_result((n, width), dtype, name, copies=2, extra=8 * n,
+                             what=f"the ({n}, {width}) {np.dtype(dtype).name} cos/sin tables")
+        cos = np.empty((n, width), dtype=dtype)
+        sin = np.empty((n, width), dtype=dtype)
+        cos[:, -1], sin[:, -1] = 1, 0
+        flat = positions.reshape(-1)
+        rows = _checks.block_rows(2 * width * np.dtype(dtype).itemsize, n)
+        for a in range(0, n, rows):     # the even part by row blocks: no full-size copy
+            c, s = _tables(flat[a:a + rows], inv_freq, interleaved, dtype, attention_scale,
+                           name=name, culprit=culprit)
+            cos[a:a + rows, :-1], sin[a:a + rows, :-1] = c, s
+        return cos.reshape(positions.shape + (width,)), sin.reshape(positions.shape + (width,))
     inv = _checks.c_array(inv_freq, np.float64)
     width = 2 * inv.shape[0]
-    work = np.float64 if dtype == np.float16 else dtype
-    cos = np.empty((flat.shape[0], width), dtype=work)
-    sin = np.empty((flat.shape[0], width), dtype=work)
-    _core._rope_table(flat, inv, float(attention_scale), bool(interleaved), cos, sin)
+    n = positions.size
     shape = positions.shape + (width,)
-    if work is not dtype:  # float16: round once, from float64
-        cos, sin = cos.astype(dtype), sin.astype(dtype)
+    _checks.check_result((n, width), dtype, name, copies=2, extra=8 * n,
+                         what=f"the ({n}, {width}) {np.dtype(dtype).name} cos/sin tables")
+    if n:
+        _checks.angle_check(int(_checks.unique_view(positions).max()), inv, culprit)
+    if not abs(attention_scale) <= float(np.finfo(dtype).max):
+        raise ValueError(
+            f"the attention factor {attention_scale!r} (scaling) overflows {np.dtype(dtype).name}")
+    flat = _checks.c_array(positions.reshape(-1), np.int64)
+    cos = np.empty((n, width), dtype=dtype)
+    sin = np.empty((n, width), dtype=dtype)
+    if dtype != np.float16:
+        _core._rope_table(flat, inv, float(attention_scale), bool(interleaved), cos, sin)
+    else:   # round once, from float64 made block by block
+        rows = _checks.block_rows(16 * width, n)
+        c64 = np.empty((rows, width))
+        s64 = np.empty((rows, width))
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            _core._rope_table(flat[a:b], inv, float(attention_scale), bool(interleaved),
+                              c64[:b - a], s64[:b - a])
+            cos[a:b] = c64[:b - a]
+            sin[a:b] = s64[:b - a]
     return cos.reshape(shape), sin.reshape(shape)
 
 
@@ -306,9 +337,10 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     1.1386
     """
     dt = _checks.float_dtype(dtype)
-    pos = _checks.positions_array(positions)
+    width = _checks.size(dim, "dim")
+    pos = _checks.positions_array(positions, row_bytes=2 * width * dt.itemsize + 8)
     if seq_len is None and pos.size:
-        seq_len = int(pos.max()) + 1
+        seq_len = int(_checks.unique_view(pos).max()) + 1
     if precision != "exact":
         from . import _rope_precision
         _rope_precision.check_precision(precision)
@@ -338,6 +370,8 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
         for tname, t in (("cos", cos), ("sin", sin)):
             if len(t.shape) == 0:
                 raise ValueError(f"{tname} must have at least one dimension (features last)")
+    if type(x) is np.ndarray and 0 in x.strides:     # a broadcast x: is its result possible?
+        _checks.check_result(x.shape, x.dtype, name)
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
@@ -518,6 +552,9 @@ def rotate_half(x: Any) -> Any:
         raise ValueError("x must have at least one dimension")
     if x.shape[-1] % 2:
         raise ValueError(f"x's last axis must have even length, got {x.shape[-1]}")
+    if _checks.is_dask(x):      # dask cannot infer the dtype of a gufunc that checks its input
+        x = _checks.dask_operands(x, (), (-1,))[0]
+        return x.map_blocks(_core.rotate_half, dtype=x.dtype)
     return _core.rotate_half(x)
 
 
@@ -569,6 +606,10 @@ def neg_half(x: Any, axis: int = -1) -> Any:
         raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimension(s)")
     if x.shape[axis] % 2:
         raise ValueError(f"x's axis {axis} must have even length, got {x.shape[axis]}")
+    if _checks.is_dask(x):      # as rotate_half
+        x = _checks.dask_operands(x, (), (axis,))[0]
+        return x.map_blocks(lambda b: _core.rotate_half(b, axes=[(axis,), (axis,)]),
+                            dtype=x.dtype)
     return _core.rotate_half(x, axes=[(axis,), (axis,)])
 
 
@@ -592,10 +633,19 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> np.ndarr
     theta = _checks.positive_float(theta, "theta")
     inv = rope_inv_freq(dim, theta)
     end = _checks.size(end, "end")
-    cos, sin = _tables(np.arange(end, dtype=np.int64), inv, True, np.dtype(np.float64))
-    out = np.empty((end, dim // 2), dtype=np.complex64)
-    out.real = cos[:, 0::2]
-    out.imag = sin[:, 0::2]
+    h = inv.shape[0]
+    _checks.check_result((end, h), np.complex64, "end")
+    out = np.empty((end, h), dtype=np.complex64)
+    if out.size == 0:       # no frequencies (dim < 2): nothing to compute, however long
+        return out
+    # float64 angles in row blocks (half-split layout: the h values come first)
+    rows = _checks.block_rows(4 * 8 * h, end)
+    for a in range(0, end, rows):
+        b = min(end, a + rows)
+        cos, sin = _tables(np.arange(a, b, dtype=np.int64), inv, False, np.dtype(np.float64),
+                           name="end", culprit="theta")
+        out.real[a:b] = cos[:, :h]
+        out.imag[a:b] = sin[:, :h]
     return out
 
 
@@ -658,515 +708,5 @@ def compute_frequencies(dim: int, seq_len: int, base: float = 10000.0) -> np.nda
     # give an odd dim (dim + 1) / 2 frequencies)
     inv = rope_inv_freq(_checks.even_size(dim, "dim"), base)
     seq_len = _checks.size(seq_len, "seq_len")
+    _checks.check_result((seq_len, inv.shape[0]), np.float64, "seq_len", extra=8 * seq_len)
     return np.outer(np.arange(seq_len, dtype=np.float64), inv)
-
-
-class RoPE:
-    """Rotary position embedding with cached tables (PositionalEmbeddings.jl's ``RoPE``).
-
-    Parameters
-    ----------
-    head_size : int
-        Features per head, ``>= 0``.  Odd: the last feature passes through
-        unchanged (TorchLean's total RoPE).
-    seq_len : int
-        Positions cached up front; later positions extend the cache.
-    base : float
-        RoPE base (``rope_theta``).
-    scale : float
-        Multiplies the angle, as in the Julia package.
-    interleaved : bool
-        Pairs ``(2i, 2i+1)`` (GPT-J, Meta) instead of ``(i, i + r/2)`` (HF, NeoX).
-    rotary_dim : int, optional
-        Partial rotary: only the first ``rotary_dim`` features rotate, with
-        frequencies built over ``rotary_dim`` (odd: its last feature passes through).
-    dtype : float16, float32 or float64
-        dtype of :attr:`cos_cached`/:attr:`sin_cached`.  Inputs of another
-        float dtype use tables of their own dtype (made once and cached).
-    scaling : dict, optional
-        A Hugging Face ``rope_scaling`` dict (``linear``, ``dynamic``, ``yarn``,
-        ``longrope``, ``llama3``; see :func:`rope_scaling_parameters`).  The
-        yarn/longrope attention factor multiplies the tables.  ``dynamic`` and
-        ``longrope`` pick their frequencies per call from the largest position
-        + 1 (for ``dynamic``, transformers' module instead keeps the frequencies
-        of the longest sequence it has seen; :class:`posemb.torch.RotaryEmbedding`
-        does the same).
-    max_position_embeddings : int, optional
-        The model's context length, for the scaling types that need it.
-    precision : {"exact", "float32", "bfloat16"}
-        How the tables are formed (see :func:`rope_cos_sin`): exact by
-        default, or transformers'/Meta's float32 recipe, or the Go
-        walk-through's bfloat16 one.
-
-    Notes
-    -----
-    ``rope(x, positions=None, *, offset=0, out=None)`` rotates ``x`` of shape
-    ``(..., seq, head_size)`` -- the Julia ``(head_size, seq_len, nheads*batch)``
-    in row-major order -- at positions ``offset .. offset+seq-1``, or at
-    ``positions`` (integers broadcastable to ``x.shape[:-1]``).  ``offset`` may
-    be an integer array of shape ``(batch,)``: sequence ``b`` (axis 0 of ``x``)
-    is at ``offset[b] .. offset[b]+seq-1`` (batched decoding with a KV cache).
-    The sequence axis is the second to last (HF's ``(batch, heads, seq,
-    head_dim)``); for Meta's / flash-attn's ``(batch, seq, heads, head_dim)``
-    pass ``seq_axis=1`` (to the call, :meth:`apply_qk` and :meth:`backward`):
-    without it such an array would be rotated along its heads axis.
-
-    Examples
-    --------
-    >>> import numpy as np, posemb
-    >>> rope = posemb.RoPE(64, 1024)
-    >>> x = np.random.default_rng(0).standard_normal((256, 100, 64), dtype=np.float32)
-    >>> y = rope(x)
-    >>> bool(np.allclose(rope.backward(y), x, atol=1e-5))
-    True
-    >>> rope(x[:, -1:], offset=99).shape          # KV-cache decoding step
-    (256, 1, 64)
-    >>> q = np.ones((3, 8, 1, 64), np.float32)      # (batch, heads, seq, head_size)
-    >>> rope(q, offset=np.array([7, 40, 3])).shape  # each sequence at its own position
-    (3, 8, 1, 64)
-    >>> xm = np.ones((2, 100, 8, 64), np.float32)   # Meta: (batch, seq, heads, head_size)
-    >>> rope(xm, seq_axis=1).shape
-    (2, 100, 8, 64)
-    """
-
-    #: cache no more than this many bytes per table unless seq_len asks for more
-    max_cache_bytes = 64 << 20
-
-    def __init__(self, head_size: int, seq_len: int, *, base: float = 10000.0,
-                 scale: float = 1.0, interleaved: bool = False,
-                 rotary_dim: int | None = None, dtype: Any = np.float32,
-                 scaling: Any = None, max_position_embeddings: int | None = None,
-                 precision: str = "exact") -> None:
-        from ._rope_precision import check_precision
-        self.precision = check_precision(precision)
-        self.head_size = _checks.size(head_size, "head_size")
-        if rotary_dim is None:
-            self.rotary_dim = self.head_size
-        else:
-            self.rotary_dim = _checks.size(rotary_dim, "rotary_dim")
-            if self.rotary_dim > self.head_size:
-                raise ValueError(
-                    f"rotary_dim ({self.rotary_dim}) must not exceed head_size ({self.head_size})")
-        self.seq_len = _checks.size(seq_len, "seq_len")
-        self.base = _checks.positive_float(base, "base")
-        self.scale = _checks.finite_float(scale, "scale")
-        if self.precision != "exact" and self.scale != 1.0:
-            raise ValueError(f"scale must be 1 with precision={self.precision!r} (the framework "
-                             f"recipes have no angle scale), got {self.scale}")
-        self.interleaved = _checks.flag(interleaved, "interleaved")
-        self.dtype = _checks.float_dtype(dtype)
-        if self.seq_len * self.rotary_dim * self.dtype.itemsize > np.iinfo(np.intp).max:
-            raise MemoryError(f"a ({self.seq_len}, {self.rotary_dim}) {self.dtype.name} table "
-                              "cannot be allocated")      # before a huge inv_freq is made
-        self.scaling = normalize_scaling(scaling)
-        # frequencies that do not depend on the sequence length (see
-        # frequency_regime: only longrope and dynamic NTK switch)
-        self._plain_frequencies = self.scaling["rope_type"] not in ("longrope", "dynamic")
-        self.max_position_embeddings = (
-            None if max_position_embeddings is None
-            else _checks.size(max_position_embeddings, "max_position_embeddings", minimum=1))
-        inv, attn = rope_scaling_parameters(self.rotary_dim, self.base, self.scaling,
-                                            max_position_embeddings=self.max_position_embeddings)
-        self.inv_freq = inv * self.scale
-        #: multiplies cos and sin (yarn/longrope; 1.0 otherwise)
-        self.attention_factor = attn
-        self._freqs: dict[Any, tuple[np.ndarray, float]] = {None: (self.inv_freq, attn)}
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[np.dtype, Any], tuple[np.ndarray, np.ndarray]] = {}
-        self._cached_tables(self.dtype, self.seq_len)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The lock cannot be pickled and the tables are cheap to remake: a
-        # pickled RoPE carries only its parameters and frequencies, so it
-        # travels to multiprocessing (spawn), joblib and dask.distributed
-        # workers, where the tables are made again, bit for bit the same.
-        state = self.__dict__.copy()
-        del state["_lock"], state["_cache"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._cache = {}
-        self._cached_tables(self.dtype, self.seq_len)
-
-    def __repr__(self) -> str:
-        extra = ""
-        if self.scaling["rope_type"] != "default":
-            extra = (f", scaling={self.scaling!r}, "
-                     f"max_position_embeddings={self.max_position_embeddings}")
-        return (f"RoPE(head_size={self.head_size}, seq_len={self.seq_len}, base={self.base}, "
-                f"scale={self.scale}, interleaved={self.interleaved}, "
-                f"rotary_dim={self.rotary_dim}, dtype={self.dtype.name}{extra}"
-                + (f", precision={self.precision!r}" if self.precision != "exact" else "") + ")")
-
-    @property
-    def cos_cached(self) -> np.ndarray:
-        """The cached cos table, ``(cached_len, rotary_dim)`` (read-only view)."""
-        return self._cached_tables(self.dtype, 0)[0]
-
-    @property
-    def sin_cached(self) -> np.ndarray:
-        """The cached sin table, ``(cached_len, rotary_dim)`` (read-only view)."""
-        return self._cached_tables(self.dtype, 0)[1]
-
-    def _regime(self, seq_len: int) -> Any:
-        """None, "long" (longrope) or a length (dynamic NTK past the context)."""
-        return frequency_regime(self.scaling, self.max_position_embeddings, seq_len)
-
-    @staticmethod
-    def _cacheable(key: Any) -> bool:
-        return key is None or key == "long"
-
-    def _frequencies(self, key: Any, seq_len: int) -> tuple[np.ndarray, float]:
-        got = self._freqs.get(key)
-        if got is None:
-            inv, attn = rope_scaling_parameters(
-                self.rotary_dim, self.base, self.scaling,
-                max_position_embeddings=self.max_position_embeddings, seq_len=seq_len)
-            got = (inv * self.scale, attn)
-            if self._cacheable(key):
-                self._freqs[key] = got
-        return got
-
-    def _cached_tables(self, dtype: np.dtype, need: int,
-                       key: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Tables of ``dtype`` with at least ``need`` rows (grown geometrically)."""
-        tables = self._cache.get((dtype, key))
-        if tables is not None and tables[0].shape[0] >= need:
-            return tables
-        with self._lock:
-            tables = self._cache.get((dtype, key))
-            have = 0 if tables is None else tables[0].shape[0]
-            if have >= need and tables is not None:
-                return tables
-            rows = max(need, self.seq_len, min(2 * have, self._max_rows(dtype)))
-            inv, attn = self._frequencies(key, need)
-            cos, sin = self._make(np.arange(rows, dtype=np.int64), inv, attn, dtype, need)
-            cos.flags.writeable = False
-            sin.flags.writeable = False
-            self._cache[(dtype, key)] = (cos, sin)
-            return cos, sin
-
-    def _max_rows(self, dtype: np.dtype) -> int:
-        return max(self.seq_len,
-                   self.max_cache_bytes // (max(self.rotary_dim, 1) * dtype.itemsize))
-
-    def cos_sin(self, positions: Any = None, *, offset: int = 0, seq_len: int | None = None,
-                dtype: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Tables ``(cos, sin)`` for ``positions`` (or ``offset .. offset+seq_len-1``).
-
-        Examples
-        --------
-        >>> import posemb
-        >>> cos, sin = posemb.RoPE(8, 16).cos_sin(offset=4, seq_len=2)
-        >>> cos.shape
-        (2, 8)
-        """
-        dt = self.dtype if dtype is None else _checks.float_dtype(dtype)
-        if positions is None:
-            if seq_len is None:
-                raise TypeError("cos_sin needs positions or seq_len")
-            n = _checks.size(seq_len, "seq_len")
-            start = _checks.size(offset, "offset")
-            return self._range_tables(dt, start, n)
-        if _checks.size(offset, "offset") != 0 or seq_len is not None:
-            raise ValueError("offset and seq_len apply only when positions is not given "
-                             "(positions are absolute)")
-        pos = _checks.positions_array(positions)
-        return self._gather_tables(dt, pos)
-
-    def _range_tables(self, dtype: np.dtype, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        stop = start + n
-        if stop > _checks.MAX_EXACT_POSITION:
-            raise ValueError(f"offset + seq must be <= 2**53, got {stop}")
-        key = self._regime(stop)
-        if self._cacheable(key) and stop <= self._max_rows(dtype):
-            cos, sin = self._cached_tables(dtype, stop, key)
-            return cos[start:stop], sin[start:stop]
-        # far beyond any sensible cache, or dynamic NTK frequencies of this
-        # length: compute just these rows
-        inv, attn = self._frequencies(key, stop)
-        return self._make(np.arange(start, stop, dtype=np.int64), inv, attn, dtype, stop)
-
-    def _gather_tables(self, dtype: np.dtype, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        top = int(pos.max()) + 1 if pos.size else 0
-        key = self._regime(top)
-        if self._cacheable(key) and top <= self._max_rows(dtype):
-            cos, sin = self._cached_tables(dtype, top, key)
-            return cos[pos], sin[pos]
-        inv, attn = self._frequencies(key, top)
-        return self._make(pos, inv, attn, dtype, top)
-
-    def _make(self, positions: np.ndarray, inv: np.ndarray, attn: float, dtype: np.dtype,
-              seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-        """Tables for ``positions``: exact, or by the framework recipe of ``precision``."""
-        if self.precision == "exact":
-            return _tables(positions, inv, self.interleaved, dtype, attn, self.rotary_dim)
-        from ._rope_precision import framework_cos_sin
-        return framework_cos_sin(positions, self.rotary_dim, self.base, self.scaling,
-                                 interleaved=self.interleaved, dtype=dtype,
-                                 precision=self.precision,
-                                 max_position_embeddings=self.max_position_embeddings,
-                                 seq_len=seq_len)
-
-    def _offset_positions(self, shape: tuple[int, ...], offset: Any, name: str) -> np.ndarray:
-        """Positions ``offset[b] + s`` of shape ``(batch, 1, ..., seq)`` for ``shape``."""
-        off = _checks.positions_array(offset, "offset")
-        if off.ndim != 1:
-            raise ValueError(
-                f"offset must be an integer or an integer array of shape (batch,), "
-                f"got shape {off.shape}")
-        if len(shape) < 3:
-            raise ValueError(
-                f"offset of shape (batch,) needs {name} of shape (batch, ..., seq, head_size), "
-                f"got {tuple(shape)}")
-        if off.shape[0] != shape[0]:
-            raise ValueError(
-                f"offset has {off.shape[0]} entries but {name} has batch size {shape[0]} (axis 0)")
-        seq = shape[-2]
-        if off.size and int(off.max()) + seq > _checks.MAX_EXACT_POSITION:
-            raise ValueError(f"offset + seq must be <= 2**53, got {int(off.max()) + seq}")
-        return off.reshape((-1,) + (1,) * (len(shape) - 2)) + np.arange(seq, dtype=np.int64)
-
-    def _tables_for(self, x: Any, positions: Any, offset: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-        shape = tuple(x.shape)
-        if len(shape) == 0 or shape[-1] != self.head_size:
-            raise ValueError(
-                f"{name}'s last axis must be head_size={self.head_size}, got shape {shape}")
-        dt = np.dtype(x.dtype)
-        if (positions is None and type(offset) is int and offset >= 0 and len(shape) >= 2
-                and self._plain_frequencies):
-            # fast path (a decode step): rows offset .. offset+seq of the cache
-            stop = offset + shape[-2]
-            tables = self._cache.get((dt, None))
-            if tables is not None and tables[0].shape[0] >= stop:
-                return tables[0][offset:stop], tables[1][offset:stop]
-        if positions is None:
-            if len(shape) < 2:
-                raise ValueError(
-                    f"{name} must have shape (..., seq, head_size) when positions is not given, "
-                    f"got {shape}")
-            if np.ndim(offset) == 0:
-                start = _checks.size(offset, "offset")
-                return self._range_tables(dt, start, shape[-2])
-            return self._gather_tables(dt, self._offset_positions(shape, offset, name))
-        if np.ndim(offset) != 0 or _checks.size(offset, "offset") != 0:
-            raise ValueError("offset applies only when positions is not given "
-                             "(positions are absolute)")
-        pos = _checks.positions_array(positions)
-        try:
-            ok = np.broadcast_shapes(pos.shape, shape[:-1]) == shape[:-1]
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = "
-                f"{shape[:-1]}")
-        return self._gather_tables(dt, pos)
-
-    def _along(self, method: Any, x: Any, positions: Any, offset: Any, out: Any,
-               seq_axis: Any, name: str) -> Any:
-        """Run ``method`` on views of ``x`` (and ``positions``, ``out``) whose
-        sequence axis is ``seq_axis`` moved to the second to last place; the
-        result has ``x``'s own layout."""
-        ndim = len(x.shape)
-        sa = _seq_axis(seq_axis, ndim)
-        if positions is not None:
-            pos = _checks.positions_array(positions)
-            try:
-                pos = np.broadcast_to(pos, tuple(x.shape[:-1]))
-            except ValueError:
-                raise ValueError(
-                    f"positions of shape {pos.shape} must broadcast to {name}.shape[:-1] = "
-                    f"{tuple(x.shape[:-1])}") from None
-            positions = np.moveaxis(pos, sa, -1)
-        if out is None and isinstance(x, np.ndarray):
-            out = np.empty(x.shape, dtype=x.dtype)
-        if out is None:      # a ufunc-protocol array (dask): NumPy's moveaxis views
-            return np.moveaxis(method(np.moveaxis(x, sa, -2), positions, offset=offset),
-                               -2, sa)
-        out = _checks.out_operand(out, tuple(x.shape), "out")
-        method(np.moveaxis(x, sa, -2), positions, offset=offset, out=np.moveaxis(out, sa, -2))
-        return out
-
-    @accepts_bfloat16("x")
-    def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
-                 seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
-        """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
-        x = _checks.float_operand(x, "x")
-        if seq_axis is not None and _seq_axis(seq_axis, len(x.shape)) != len(x.shape) - 2:
-            return self._along(self.__call__, x, positions, offset, out, seq_axis, "x")
-        cos, sin = self._tables_for(x, positions, offset, "x")
-        return _run(_kind(self.interleaved, False), x, cos, sin, out)
-
-    forward = __call__
-
-    @accepts_bfloat16("q", "k")
-    def apply_qk(self, q: Any, k: Any, positions: Any = None, *, offset: Any = 0,
-                 seq_axis: int | None = None, inplace: bool = False) -> tuple[Any, Any]:
-        """Rotate queries and keys with one set of tables (grouped-query attention).
-
-        ``q`` is ``(..., q_heads, seq, head_size)`` and ``k`` is
-        ``(..., kv_heads, seq, head_size)``: the head counts may differ, the
-        tables (from ``positions``, or ``offset`` -- an integer or a ``(batch,)``
-        array) are made once and broadcast over both.  ``inplace=True`` rotates
-        ``q`` and ``k`` in their own memory (no copies, no temporaries) and
-        returns them.
-
-        Examples
-        --------
-        >>> import numpy as np, posemb
-        >>> rope = posemb.RoPE(64, 256)
-        >>> q = np.ones((2, 32, 10, 64), np.float32)   # 32 query heads
-        >>> k = np.ones((2, 8, 10, 64), np.float32)    # 8 key/value heads
-        >>> qr, kr = rope.apply_qk(q, k, offset=np.array([0, 100]))
-        >>> qr.shape, kr.shape
-        ((2, 32, 10, 64), (2, 8, 10, 64))
-        >>> qi, ki = rope.apply_qk(q, k, offset=np.array([0, 100]), inplace=True)
-        >>> qi is q and bool(np.array_equal(q, qr))
-        True
-        """
-        inplace = _checks.flag(inplace, "inplace")
-        if inplace:
-            for name, t in (("q", q), ("k", k)):
-                if not isinstance(t, np.ndarray):
-                    raise TypeError(f"inplace=True needs {name} to be a numpy.ndarray, "
-                                    f"got {type(t).__name__}")
-                if not t.dtype.isnative:   # float_operand would rotate a native copy
-                    raise ValueError(f"inplace=True needs {name} in native byte order, "
-                                     f"got {t.dtype}")
-        if seq_axis is not None:
-            qa = _seq_axis(seq_axis, len(np.shape(q)))
-            ka = _seq_axis(seq_axis, len(np.shape(k)))
-            if qa != len(np.shape(q)) - 2 or ka != len(np.shape(k)) - 2:
-                if positions is not None:
-                    pos = _checks.positions_array(positions)
-                    try:
-                        pos = np.broadcast_to(pos, tuple(np.shape(q)[:-1]))
-                    except ValueError:
-                        raise ValueError(
-                            f"positions of shape {pos.shape} must broadcast to q.shape[:-1] "
-                            f"= {tuple(np.shape(q)[:-1])}") from None
-                    positions = np.moveaxis(pos, qa, -1)
-                qv, kv = self.apply_qk(np.moveaxis(q, qa, -2), np.moveaxis(k, ka, -2),
-                                       positions, offset=offset, inplace=inplace)
-                if inplace:
-                    return q, k
-                return np.moveaxis(qv, -2, qa), np.moveaxis(kv, -2, ka)
-        q = _checks.float_operand(q, "q")
-        k = _checks.float_operand(k, "k")
-        if len(k.shape) == 0 or k.shape[-1] != self.head_size:
-            raise ValueError(
-                f"k's last axis must be head_size={self.head_size}, got shape {tuple(k.shape)}")
-        if (positions is None and len(q.shape) >= 2 and len(k.shape) >= 2
-                and q.shape[-2] != k.shape[-2]):
-            raise ValueError(
-                f"q and k must have the same sequence length (axis -2) when positions is not "
-                f"given, got q {tuple(q.shape)} and k {tuple(k.shape)}")
-        if inplace:
-            for name, t in (("q", q), ("k", k)):
-                if not t.flags.writeable:
-                    raise ValueError(f"inplace=True needs {name} to be writeable")
-            try:
-                shared = np.shares_memory(q, k, max_work=10**6)  # type: ignore[arg-type]
-            except np.exceptions.TooHardError:
-                shared = True
-            if shared:
-                raise ValueError("inplace=True needs q and k in separate memory")
-        cos, sin = self._tables_for(q, positions, offset, "q")
-        kshape = tuple(k.shape[:-1])
-        try:
-            ok = np.broadcast_shapes(cos.shape[:-1], kshape) == kshape
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"the positions of q (tables of shape {cos.shape[:-1]}) must broadcast to "
-                f"k.shape[:-1] = {kshape}")
-        if np.dtype(k.dtype) == np.dtype(q.dtype):
-            kcos, ksin = cos, sin
-        else:
-            kcos, ksin = self._tables_for(k, positions, offset, "k")
-        kind = _kind(self.interleaved, False)
-        if inplace:
-            _run(kind, q, cos, sin, q)
-            _run(kind, k, kcos, ksin, k)
-            return q, k
-        return _run(kind, q, cos, sin, None), _run(kind, k, kcos, ksin, None)
-
-    def apply_varlen(self, x: Any, cu_seqlens: Any, *, offset: Any = 0,
-                     out: np.ndarray | None = None) -> np.ndarray:
-        """Rotate a packed ``(total_tokens, heads, head_size)`` batch from the cache.
-
-        :func:`apply_rope_varlen` with this module's tables: positions restart
-        at ``offset`` (an integer or one per sequence) at every
-        ``cu_seqlens`` boundary; the cache grows to the longest sequence.
-
-        Examples
-        --------
-        >>> import numpy as np, posemb
-        >>> rope = posemb.RoPE(8, 16)
-        >>> x = np.ones((7, 2, 8), np.float32)
-        >>> y = rope.apply_varlen(x, np.array([0, 3, 7]), offset=np.array([10, 0]))
-        >>> bool(np.array_equal(y[:3], rope(x[:3].transpose(1, 0, 2), offset=10).transpose(1, 0, 2)))
-        True
-        """
-        from ._rope_variants import apply_rope_varlen
-
-        if not isinstance(x, np.ndarray):
-            x = np.asarray(x)
-        x = _checks.float_operand(x, "x")
-        if x.ndim != 3 or x.shape[-1] != self.head_size:
-            raise ValueError(
-                f"x must have shape (total_tokens, heads, head_size={self.head_size}), "
-                f"got {x.shape}")
-        cu = np.asarray(cu_seqlens)
-        off = np.asarray(offset)
-        need = 0
-        if (cu.dtype.kind in "iu" and cu.ndim == 1 and cu.size > 1 and off.dtype.kind in "iu"
-                and off.ndim <= 1 and (off.ndim == 0 or off.size == cu.size - 1)):
-            lengths = np.diff(cu.astype(np.int64))
-            top = off.astype(np.int64) + lengths
-            # a valid cu_seqlens needs at most max(offset) + total_tokens rows; anything
-            # else is left for apply_rope_varlen to report
-            if lengths.min() >= 0 and off.min() >= 0 and top.max() <= off.max() + x.shape[0]:
-                need = int(top.max())
-        dt = np.dtype(x.dtype)
-        if need > self._max_rows(dt) and cu[0] == 0 and cu[-1] == x.shape[0]:
-            # offsets far past the cache: one gathered row per token (the rows
-            # apply_rope_varlen would read), never a table from position 0
-            if need > _checks.MAX_EXACT_POSITION:
-                raise ValueError(f"offset + sequence length must be <= 2**53, got {need}")
-            seq_of = np.repeat(np.arange(cu.size - 1), np.asarray(lengths, dtype=np.int64))
-            starts = cu[:-1].astype(np.int64)
-            pos = np.broadcast_to(off.astype(np.int64), (cu.size - 1,))[seq_of] + (
-                np.arange(x.shape[0], dtype=np.int64) - starts[seq_of])
-            cos, sin = self._gather_tables(dt, pos)
-            return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
-                                     offset=starts, out=out)
-        cos, sin = self._range_tables(dt, 0, need)
-        return apply_rope_varlen(x, cu_seqlens, cos, sin, interleaved=self.interleaved,
-                                 offset=offset, out=out)
-
-    @accepts_bfloat16("grad")
-    def backward(self, grad: Any, positions: Any = None, *, offset: Any = 0,
-                 seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
-        """Gradient of :meth:`__call__` with respect to ``x``: the inverse rotation.
-
-        (With a yarn/longrope attention factor ``a`` the forward is ``a``
-        times a rotation, and this, its adjoint, is ``a`` times the inverse.)
-
-        Examples
-        --------
-        >>> import numpy as np, posemb
-        >>> rope = posemb.RoPE(8, 4, dtype=np.float64)
-        >>> g = np.ones((4, 8))
-        >>> bool(np.allclose(rope(rope.backward(g)), g))
-        True
-        """
-        grad = _checks.float_operand(grad, "grad")
-        if seq_axis is not None and _seq_axis(seq_axis, len(grad.shape)) != len(grad.shape) - 2:
-            return self._along(self.backward, grad, positions, offset, out, seq_axis, "grad")
-        cos, sin = self._tables_for(grad, positions, offset, "grad")
-        return _run(_kind(self.interleaved, True), grad, cos, sin, out, "grad")

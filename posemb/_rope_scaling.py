@@ -1,4 +1,5 @@
-"""RoPE scaling as model configs describe it, and RoPE modules from a config.
+"""RoPE scaling as model configs describe it (the module built from a config,
+:func:`rope_config`, is in ``_rope_module``).
 
 The ``scaling`` dicts are Hugging Face's ``rope_scaling`` (``rope_parameters``
 in transformers v5): ``{"rope_type": ..., "factor": ..., ...}``, the key
@@ -41,7 +42,7 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["rope_scaling_parameters", "rope_config", "layer_rope_parameters"]
+__all__ = ["rope_scaling_parameters", "layer_rope_parameters"]
 
 #: rope_type -> (required keys, optional keys) of the scaling dict
 ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -117,7 +118,9 @@ def _length(scaling: Mapping[str, Any], key: str) -> int:
     value = scaling[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    return _checks.size(value, f"scaling[{key!r}]", minimum=1)
+    name = f"scaling[{key!r}]"
+    _checks.size(value, name, minimum=1)
+    return _checks.bounded(value, name, _checks.MAX_EXACT_POSITION)
 
 
 def _original_length(scaling: Mapping[str, Any], max_position_embeddings: int | None,
@@ -194,11 +197,41 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
     cfg = normalize_scaling(scaling)
     rope_type = cfg["rope_type"]
     if max_position_embeddings is not None:
-        max_position_embeddings = _checks.size(max_position_embeddings,
-                                               "max_position_embeddings", minimum=1)
+        _checks.size(max_position_embeddings, "max_position_embeddings", minimum=1)
+        max_position_embeddings = _checks.bounded(max_position_embeddings,
+                                                  "max_position_embeddings",
+                                                  _checks.MAX_EXACT_POSITION)
     if seq_len is not None:
-        seq_len = _checks.size(seq_len, "seq_len")
-    exponents = 2.0 * np.arange(dim // 2, dtype=np.float64) / max(dim, 1)
+        seq_len = _checks.bounded(seq_len, "seq_len", _checks.MAX_EXACT_POSITION)
+    h = dim // 2
+    # about ten float64 temporaries per frequency, made block by block
+    _checks.check_result((h,), np.float64, "dim", what=f"{h} inverse frequencies")
+    inv = np.empty(h)
+    attention = 1.0
+    step = _checks.block_rows(10 * 8, h)
+    for a in range(0, max(h, 1), step):   # once at least: dim 0 checks the parameters too
+        idx = np.arange(a, min(h, a + step), dtype=np.float64)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            block, attention = _scaled_frequencies(dim, base, cfg, max_position_embeddings,
+                                                   seq_len, idx)
+        inv[a:a + idx.shape[0]] = block
+    if not (np.isfinite(inv).all() and math.isfinite(attention)):
+        keys = [k for k in ("factor", "short_factor", "long_factor", "attention_factor",
+                            "mscale", "mscale_all_dim") if cfg.get(k) is not None]
+        what = "inverse frequencies" if math.isfinite(attention) else "an attention factor"
+        raise ValueError(
+            f"base={base!r} and {' / '.join(f'scaling[{k!r}]' for k in keys) or 'no scaling'} "
+            f"(rope_type {rope_type!r}) give {what} that are not finite in float64")
+    return inv, attention
+
+
+def _scaled_frequencies(dim: int, base: float, cfg: Mapping[str, Any],
+                        max_position_embeddings: int | None, seq_len: int | None,
+                        idx: np.ndarray) -> tuple[np.ndarray, float]:
+    """The inverse frequencies ``idx`` (float64 indices ``i < dim // 2``) of
+    the checked ``cfg``, and the attention factor."""
+    rope_type = cfg["rope_type"]
+    exponents = 2.0 * idx / max(dim, 1)
     plain = base ** -exponents
 
     if rope_type == "default":
@@ -226,8 +259,15 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         length = max(seq_len or 0, max_position_embeddings)
         if length == max_position_embeddings:
             return plain, 1.0
-        new_base = base * ((factor * length / max_position_embeddings) - (factor - 1.0)) ** (
-            dim / (dim - 2))
+        ratio = (factor * length / max_position_embeddings) - (factor - 1.0)
+        try:
+            new_base = base * ratio ** (dim / (dim - 2))
+        except OverflowError:
+            new_base = math.inf
+        if not math.isfinite(new_base) and math.isfinite(ratio):
+            # base' beyond float64: its powers are formed from logarithms
+            log_base = math.log(base) + dim / (dim - 2) * math.log(ratio)
+            return np.exp(-exponents * log_base), 1.0
         return new_base ** -exponents, 1.0
 
     if rope_type == "yarn":
@@ -259,7 +299,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
             high += 0.001  # as transformers: avoid 0/0
-        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        ramp = np.clip((idx - low) / (high - low), 0.0, 1.0)
         extrapolation = 1.0 - ramp
         pos_freqs = base ** exponents
         inv = (1.0 / (factor * pos_freqs)) * (1.0 - extrapolation) + (1.0 / pos_freqs) * extrapolation
@@ -299,7 +339,7 @@ def rope_scaling_parameters(dim: int, base: float = 10000.0, scaling: Any = None
                     f"context length (original_max_position_embeddings) >= 2, got {orig}")
             attention = math.sqrt(1.0 + math.log(factor) / math.log(orig))
         which = "long_factor" if seq_len is not None and seq_len > orig else "short_factor"
-        return 1.0 / (ext[which] * base ** exponents), float(attention)
+        return 1.0 / (ext[which][idx.astype(np.intp)] * base ** exponents), float(attention)
 
     # llama3
     factor = _real(cfg, "factor")
@@ -408,178 +448,3 @@ def layer_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     return None
 
 
-def rope_config(config: Mapping[str, Any], *, seq_len: int | None = None,
-                dtype: Any = np.float32, layer_type: str | None = None,
-                interleaved: bool | None = None, precision: str = "exact") -> Any:
-    """A :class:`RoPE` that reproduces a model's rotary embedding from its ``config.json``.
-
-    Reads (as transformers does): ``head_dim`` or ``hidden_size //
-    num_attention_heads`` (``qk_rope_head_dim`` for DeepSeek's MLA, GPT-J's
-    ``n_embd``/``n_head``), ``rope_theta`` (GPT-NeoX ``rotary_emb_base``;
-    default 10000), ``partial_rotary_factor`` (GPT-NeoX ``rotary_pct``; GPT-J
-    ``rotary_dim``; the family's default when absent, e.g. 0.5 for GLM),
-    ``rope_scaling`` (or transformers v5 ``rope_parameters``),
-    ``max_position_embeddings`` and a top-level
-    ``original_max_position_embeddings`` (Phi-3).  The pair layout is the
-    model family's (:func:`rope_convention`: interleaved for GPT-J, CodeGen,
-    Cohere, GLM, DeepSeek-V2/V3; half-split otherwise), unless
-    ``interleaved`` says otherwise.  DeepSeek-V3's transformers module
-    returns its rotated features de-interleaved (``0, 2, 4, ..., 1, 3, 5,
-    ...``); this RoPE keeps them in place (``q . k`` is the same).  A
-    multimodal config whose rotary settings live in ``text_config`` is read
-    from there.
-
-    Per-layer-type RoPE (Gemma 3's ``rope_local_base_freq``, ModernBERT's
-    global/local theta, transformers v5's nested ``rope_parameters``, see
-    :func:`layer_rope_parameters`) needs ``layer_type`` (e.g.
-    ``"sliding_attention"``); a NoPE layer type gives None.
-
-    Parameters
-    ----------
-    config : dict
-        The parsed ``config.json``.
-    seq_len : int, optional
-        Rows of the table cache made up front (default ``min(max_position_embeddings,
-        4096)``); later positions extend it.
-    dtype : float16, float32 or float64
-        dtype of the cached tables.
-    layer_type : str, optional
-        Which layers' RoPE, for configs that set it per layer type.
-    interleaved : bool, optional
-        Override the family's pair layout.
-    precision : {"exact", "float32", "bfloat16"}
-        The tables' recipe (see :func:`rope_cos_sin`); ``"float32"`` is the
-        model's transformers computation.
-
-    Examples
-    --------
-    >>> import numpy as np, posemb
-    >>> llama31 = {"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
-    ...            "max_position_embeddings": 131072,
-    ...            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-    ...                             "high_freq_factor": 4.0,
-    ...                             "original_max_position_embeddings": 8192}}
-    >>> rope = posemb.rope_config(llama31)
-    >>> rope.head_size, rope.rotary_dim, rope.scaling["rope_type"]
-    (128, 128, 'llama3')
-    >>> q = np.ones((1, 32, 5, 128), np.float32)
-    >>> rope(q, offset=100000).shape
-    (1, 32, 5, 128)
-    >>> gemma3 = {"model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560,
-    ...           "num_attention_heads": 8, "rope_theta": 1000000.0,
-    ...           "rope_local_base_freq": 10000.0, "max_position_embeddings": 131072,
-    ...           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
-    >>> posemb.rope_config(gemma3, layer_type="sliding_attention").base
-    10000.0
-    >>> posemb.rope_config({"model_type": "glm4", "hidden_size": 64, "num_attention_heads": 2,
-    ...                     "max_position_embeddings": 128}).interleaved
-    True
-    """
-    from ._conventions import rope_convention
-    from ._rope import RoPE
-
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
-    cfg: Mapping[str, Any] = config
-    size_keys = ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")
-    text = cfg.get("text_config")
-    if isinstance(text, Mapping) and not any(cfg.get(k) is not None for k in size_keys):
-        cfg = dict(text, model_type=text.get("model_type", cfg.get("model_type")))
-    conv = rope_convention(cfg)
-
-    layers = layer_rope_parameters(cfg)
-    if layers is not None:
-        if layer_type is None:
-            raise ValueError(
-                f"config sets RoPE per layer type ({', '.join(map(repr, layers))}): pass "
-                f"layer_type= one of them")
-        if layer_type not in layers:
-            raise ValueError(f"layer_type {layer_type!r} is not one of the config's layer types "
-                             f"{list(layers)}")
-        if layers[layer_type] is None:
-            return None     # a NoPE layer type
-        params = dict(layers[layer_type] or {})
-    else:
-        declared = cfg.get("layer_types")
-        if (layer_type is not None and isinstance(declared, (list, tuple))
-                and layer_type not in declared):
-            raise ValueError(f"layer_type {layer_type!r} is not one of the config's layer_types "
-                             f"{sorted(set(declared))}")
-        params = _get(cfg, "rope_scaling", "rope_parameters")
-        if params is not None and not isinstance(params, Mapping):
-            raise TypeError(
-                f"config['rope_scaling'] must be a dict or None, got {type(params).__name__}")
-        params = dict(params or {})
-
-    if params and params.get("rope_type") is None and params.get("type") is None:
-        params["rope_type"] = "default"   # e.g. {"rope_theta": ...} alone
-    rope_dim_key = conv.rotary_dim_key
-    if rope_dim_key == "qk_rope_head_dim" or cfg.get("qk_rope_head_dim") is not None:
-        if cfg.get("qk_rope_head_dim") is None:
-            raise ValueError("config of a DeepSeek MLA model needs 'qk_rope_head_dim'")
-        # DeepSeek MLA: RoPE on the rope slice only
-        head_size = _checks.size(cfg["qk_rope_head_dim"], "config['qk_rope_head_dim']", minimum=2)
-    elif cfg.get("head_dim") is not None:
-        head_size = _checks.size(cfg["head_dim"], "config['head_dim']", minimum=2)
-    else:
-        hidden = _get(cfg, "hidden_size", "n_embd")
-        heads = _get(cfg, "num_attention_heads", "n_head")
-        if hidden is None or heads is None:
-            raise ValueError(
-                "config needs 'head_dim', or 'hidden_size' and 'num_attention_heads' "
-                "(or 'qk_rope_head_dim' for DeepSeek MLA)")
-        hidden = _checks.size(hidden, "config['hidden_size']", minimum=1)
-        heads = _checks.size(heads, "config['num_attention_heads']", minimum=1)
-        head_size = hidden // heads
-
-    if layers is not None:
-        theta = params.get("rope_theta", 10000.0)
-    else:
-        theta = _get(cfg, "rope_theta", "rotary_emb_base")
-        if theta is None:
-            theta = params.get("rope_theta", 10000.0)
-    base = _checks.positive_float(theta, "config['rope_theta']")
-
-    fraction = _get(cfg, "partial_rotary_factor", "rotary_pct")
-    if fraction is None:
-        fraction = params.get("partial_rotary_factor", conv.partial_rotary_factor)
-    if params.get("rope_type", params.get("type")) == "proportional":
-        # the partial factor shapes the frequencies; the whole head "rotates"
-        params.setdefault("partial_rotary_factor", fraction)
-        rotary_dim = head_size
-    elif cfg.get("rotary_dim") is not None:  # GPT-J, CodeGen
-        rotary_dim = _checks.size(cfg["rotary_dim"], "config['rotary_dim']", minimum=2)
-        n_ctx, n_head = cfg.get("n_ctx"), _get(cfg, "n_head", "num_attention_heads")
-        if rope_dim_key == "rotary_dim" and cfg.get("model_type") == "codegen" \
-                and n_ctx is not None and n_head:
-            rotary_dim = min(rotary_dim, int(n_ctx) // int(n_head))  # CodeGenModel.__init__
-    else:
-        fraction = _checks.positive_float(fraction, "config['partial_rotary_factor']")
-        if fraction > 1.0:
-            raise ValueError(f"config['partial_rotary_factor'] must be <= 1, got {fraction}")
-        rotary_dim = int(head_size * fraction)
-    if rotary_dim % 2 or rotary_dim < 2:
-        raise ValueError(
-            f"config gives a rotary width of {rotary_dim} (head_dim {head_size} times "
-            f"partial_rotary_factor); it must be even and >= 2")
-
-    max_pos = _get(cfg, "max_position_embeddings", "n_positions")
-    if max_pos is not None:
-        max_pos = _checks.size(max_pos, "config['max_position_embeddings']", minimum=1)
-    if (cfg.get("original_max_position_embeddings") is not None
-            and params.get("original_max_position_embeddings") is None and params):
-        params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
-    if params and params.get("rope_type", params.get("type")) in ("yarn", "longrope", "llama3") \
-            and params.get("original_max_position_embeddings") is None and max_pos is not None:
-        # transformers' standardize_rope_params: the pretraining length defaults to max_pos
-        params["original_max_position_embeddings"] = max_pos
-
-    if interleaved is None:
-        interleaved = conv.interleaved
-    else:
-        interleaved = _checks.flag(interleaved, "interleaved")
-    if seq_len is None:
-        seq_len = min(max_pos or 4096, 4096)
-    return RoPE(head_size, seq_len, base=base, interleaved=interleaved, rotary_dim=rotary_dim,
-                dtype=dtype, scaling=params or None, max_position_embeddings=max_pos,
-                precision=precision)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._rope import _rotate_qk_unsqueezed, _tables, rope_inv_freq
 from ._rope_scaling import rope_scaling_parameters
 
@@ -212,22 +213,28 @@ def _sectioned_tables(positions: Sequence[np.ndarray], inv_freqs: Sequence[np.nd
     """
     h = sum(len(f) for f in inv_freqs)
     shape = positions[0].shape
-    cos = np.empty(shape + (2 * h,), dtype=dtype)
-    sin = np.empty(shape + (2 * h,), dtype=dtype)
-    a = 0
-    for pos, inv in zip(positions, inv_freqs):
-        w = len(inv)
-        if w == 0:
-            continue
-        c, s = _tables(pos, inv, interleaved, dtype, attention)
-        if interleaved:
-            cos[..., 2 * a:2 * (a + w)] = c
-            sin[..., 2 * a:2 * (a + w)] = s
-        else:
-            cos[..., a:a + w], cos[..., h + a:h + a + w] = c[..., :w], c[..., w:]
-            sin[..., a:a + w], sin[..., h + a:h + a + w] = s[..., :w], s[..., w:]
-        a += w
-    return cos, sin
+    n = positions[0].size
+    _checks.check_result(shape + (2 * h,), dtype, "positions", copies=2)
+    cos = np.empty((n, 2 * h), dtype=dtype)
+    sin = np.empty((n, 2 * h), dtype=dtype)
+    # row blocks: the per-band tables and position copies are temporaries
+    rows = _checks.block_rows(2 * 2 * h * 8 + 8 * len(positions), n)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        a = 0
+        for pos, inv in zip(positions, inv_freqs):
+            w = len(inv)
+            if w == 0:
+                continue
+            c, s = _tables(np.asarray(pos.flat[r0:r1]), inv, interleaved, dtype, attention)
+            if interleaved:
+                cos[r0:r1, 2 * a:2 * (a + w)] = c
+                sin[r0:r1, 2 * a:2 * (a + w)] = s
+            else:
+                cos[r0:r1, a:a + w], cos[r0:r1, h + a:h + a + w] = c[:, :w], c[:, w:]
+                sin[r0:r1, a:a + w], sin[r0:r1, h + a:h + a + w] = s[:, :w], s[:, w:]
+            a += w
+    return cos.reshape(shape + (2 * h,)), sin.reshape(shape + (2 * h,))
 
 
 def _sections(mrope_section: Any, dim: int) -> list[int]:
@@ -311,12 +318,13 @@ def mrope_cos_sin(positions: Any, dim: int, mrope_section: Any, base: float = 10
     dim = _checks.even_size(dim, "dim")
     sections = _sections(mrope_section, dim)
     dt = _checks.float_dtype(dtype)
-    pos = _checks.positions_array(positions)
+    pos = _checks.integer_array(positions, "positions")
     if pos.ndim < 1 or pos.shape[0] != len(sections):
         raise ValueError(
             f"positions must have shape ({len(sections)}, ..., seq), one row per mrope_section "
             f"entry, got {pos.shape}")
-    seq_len = int(pos.max()) + 1 if pos.size else None
+    pos = _checks.positions_array(pos, row_bytes=-(-2 * dim * dt.itemsize // len(sections)))
+    seq_len = int(_checks.unique_view(pos).max()) + 1 if pos.size else None
     inv, attn = rope_scaling_parameters(dim, base, scaling,
                                         max_position_embeddings=max_position_embeddings,
                                         seq_len=seq_len)
@@ -429,10 +437,11 @@ def axial_rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     """
     dim = _checks.even_size(dim, "dim")
     dt = _checks.float_dtype(dtype)
-    pos = _checks.positions_array(positions)
+    pos = _checks.integer_array(positions, "positions")
     if pos.ndim < 1 or pos.shape[-1] < 1:
         raise ValueError(f"positions must have shape (..., n_axes), got {pos.shape}")
     axes = pos.shape[-1]
+    pos = _checks.positions_array(pos, row_bytes=-(-2 * dim * dt.itemsize // axes))
     if dim % (2 * axes):
         raise ValueError(
             f"dim ({dim}) must be a multiple of 2 * n_axes = {2 * axes} (each axis rotates "
@@ -479,28 +488,37 @@ def xpos_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     """
     dim = _checks.even_size(dim, "dim", minimum=2)
     dt = _checks.float_dtype(dtype)
-    pos = _checks.positions_array(positions)
+    pos = _checks.positions_array(positions, row_bytes=4 * dim * dt.itemsize + 8)
     scale_base = _checks.positive_float(scale_base, "scale_base")
     center = _checks.finite_float(center, "center")
+    interleaved = _checks.flag(interleaved, "interleaved")
     inv = rope_inv_freq(dim, base)
-    cos, sin = _tables(pos, inv, _checks.flag(interleaved, "interleaved"), np.dtype(np.float64))
     zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
-    power = (pos.astype(np.float64) - center) / scale_base
-    with np.errstate(over="ignore", under="ignore"):
-        scale = zeta ** power[..., None]
-    scale = np.repeat(scale, 2, axis=-1) if interleaved else np.concatenate([scale, scale], -1)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        out = (cos * scale, sin * scale, cos / scale, sin / scale)
-    if not all(np.isfinite(t).all() for t in out):
-        raise ValueError(
-            f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos factors "
-            f"overflow float64; choose center near the middle of the positions (scale_base="
-            f"{scale_base})")
-    with np.errstate(over="ignore"):
-        res = tuple(t.astype(dt) for t in out)
-    if dt != np.float64 and not all(np.isfinite(t).all() for t in res):
-        raise ValueError(
-            f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos factors "
-            f"overflow {dt}; choose center near the middle of the positions (scale_base="
-            f"{scale_base}) or a wider dtype")
-    return res  # type: ignore[return-value]
+    n = pos.size
+    res = tuple(np.empty((n, dim), dtype=dt) for _ in range(4))
+    flat = pos.reshape(-1)
+    # float64 work in row blocks (about ten (rows, dim) temporaries)
+    rows = _checks.block_rows(10 * 8 * dim, n)
+    for r0 in range(0, n, rows):
+        p = flat[r0:r0 + rows]
+        cos, sin = _tables(p, inv, interleaved, np.dtype(np.float64))
+        power = (p.astype(np.float64) - center) / scale_base
+        with np.errstate(over="ignore", under="ignore"):
+            scale = zeta ** power[..., None]
+        scale = np.repeat(scale, 2, axis=-1) if interleaved else np.concatenate([scale, scale], -1)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            out = (cos * scale, sin * scale, cos / scale, sin / scale)
+        if not all(np.isfinite(t).all() for t in out):
+            raise ValueError(
+                f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos "
+                f"factors overflow float64; choose center near the middle of the positions "
+                f"(scale_base={scale_base})")
+        for r, t in zip(res, out):
+            with np.errstate(over="ignore"):
+                r[r0:r0 + rows] = t
+            if dt != np.float64 and not np.isfinite(r[r0:r0 + rows]).all():
+                raise ValueError(
+                    f"positions - center reach {np.abs(power).max() * scale_base:.0f}: the xPos "
+                    f"factors overflow {dt}; choose center near the middle of the positions "
+                    f"(scale_base={scale_base}) or a wider dtype")
+    return tuple(r.reshape(pos.shape + (dim,)) for r in res)  # type: ignore[return-value]

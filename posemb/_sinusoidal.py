@@ -1,6 +1,8 @@
 """Sinusoidal (absolute) position encodings: the table, x + table, AbsolutePE.
 
-Conventions (see REFERENCE.md of the project):
+Conventions (Vaswani et al., "Attention Is All You Need", section 3.5;
+PositionalEmbeddings.jl ``AbsolutePE``; TorchLean; tensor2tensor
+``get_timing_signal_1d`` for the concatenated layout):
 
 * ``PE[p, 2i] = sin(p * w_i)``, ``PE[p, 2i+1] = cos(p * w_i)`` with
   ``w_i = base ** (-2i / dim)`` (Vaswani et al.; PositionalEmbeddings.jl
@@ -16,13 +18,14 @@ Conventions (see REFERENCE.md of the project):
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
+from ._threads import instance_lock
 
 __all__ = ["sinusoidal", "add_sinusoidal", "AbsolutePE"]
 
@@ -37,8 +40,7 @@ def _concat(layout: Any) -> bool:
 
 def _start(start: Any, count: int) -> int:
     s = _checks.size(start, "start")
-    if s + count > _checks.MAX_EXACT_POSITION:
-        raise ValueError(f"start + seq_len must be <= 2**53, got start={s}, seq_len={count}")
+    _checks.position_end(s + count, "start + seq_len", f"start={s}, seq_len={count}")
     return s
 
 
@@ -47,16 +49,22 @@ def _table(seq_len: int, dim: int, base: float, start: int, concat: bool,
     """The (seq_len, dim) table of dtype, in out if given (of that shape and
     dtype); arguments already checked."""
     if out is None:
-        out = np.empty((seq_len, dim), dtype=dtype)   # first: a table too big to exist fails at once
+        # first: a table too big to exist fails at once
+        _checks.check_result((seq_len, dim), dtype, "seq_len and dim")
+        out = np.empty((seq_len, dim), dtype=dtype)
     if out.size == 0:
         return out
     inv_freq = base ** (-(2.0 * np.arange((dim + 1) // 2, dtype=np.float64)) / max(dim, 1))
+    _checks.angle_check(start + seq_len - 1, inv_freq, "base")
     if out.flags.c_contiguous and out.flags.aligned and out.dtype.isnative:
         _core._sinusoidal_table(start, inv_freq, concat, out)
-    else:                       # strided, unaligned or byte-swapped: fill a copy
-        table = np.empty((seq_len, dim), dtype=out.dtype.newbyteorder("="))
-        _core._sinusoidal_table(start, inv_freq, concat, table)
-        np.copyto(out, table)
+    else:                       # strided, unaligned or byte-swapped: fill a copy, by blocks
+        rows = _checks.block_rows(dim * out.dtype.itemsize, seq_len)
+        table = np.empty((rows, dim), dtype=out.dtype.newbyteorder("="))
+        for a in range(0, seq_len, rows):
+            b = min(seq_len, a + rows)
+            _core._sinusoidal_table(start + a, inv_freq, concat, table[:b - a])
+            np.copyto(out[a:b], table[:b - a])
     return out
 
 
@@ -176,7 +184,12 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
     seq, dim = x.shape[-2], x.shape[-1]
     base = _checks.positive_float(base, "base")
     start = _start(start, seq)
-    table = _table(seq, dim, base, start, _concat(layout), _work_dtype(np.dtype(x.dtype)))
+    work = _work_dtype(np.dtype(x.dtype))
+    _checks.check_result(x.shape, x.dtype, "x", copies=0 if out is not None else 1,
+                         extra=_checks.nbytes((seq, dim), work),
+                         what=f"x + the ({seq}, {dim}) {work.name} table")
+    table = _table(seq, dim, base, start, _concat(layout), work)
+    x = _checks.dask_operands(x, (), (-2, -1))[0]
     if out is None:
         return _core.sinusoidal_add_rows(x, table)
     return _core.sinusoidal_add_rows(x, table, out=_checks.out_operand(out, x.shape))
@@ -234,11 +247,12 @@ class AbsolutePE:
                  dtype: Any = np.float32) -> None:
         self.embedding_size = _checks.size(embedding_size, "embedding_size")
         self.max_length = _checks.size(max_length, "max_length")
-        if self.max_length > _checks.MAX_EXACT_POSITION:
-            raise ValueError(f"max_length must be <= 2**53, got {self.max_length}")
+        _checks.position_end(self.max_length, "max_length")
         self.base = _checks.positive_float(base, "base")
         self.dtype = _checks.float_dtype(dtype)
-        self._lock = threading.Lock()
+        _checks.check_result((self.max_length, self.embedding_size), self.dtype,
+                             "max_length and embedding_size")
+        self._lock = instance_lock(self)
         self._tables: dict[np.dtype, np.ndarray] = {}
         self._table(self.dtype)
 
@@ -250,7 +264,7 @@ class AbsolutePE:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = instance_lock(self)
         self._tables = {}
         self._table(self.dtype)
 
@@ -314,6 +328,7 @@ class AbsolutePE:
         rows = self._table(_work_dtype(np.dtype(x.dtype)))[start:start + seq]
         if out is not None:
             out = _checks.out_operand(out, x.shape)
+        x = _checks.dask_operands(x, (), (sa, fa))[0]
         # (seq, features) core axes, broadcast over the others; the kernel
         # walks position blocks with every batch inside (one table read)
         if sa == ndim - 2 and fa == ndim - 1:

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+import weakref
+from typing import Any
 
-from . import _checks, _core
+from . import _checks
+from . import _native as _core
 
 __all__ = ["set_num_threads", "get_num_threads"]
 
@@ -54,3 +58,29 @@ def _init_from_env() -> None:
 
 
 _init_from_env()
+
+
+# ---------------------------------------------------------------- fork safety
+# The RoPE cache and the AbsolutePE tables are grown under a per-object
+# threading.Lock.  A fork() while another thread holds one copies it locked
+# into a child that has no thread to release it: the child's next call on
+# that object would wait forever.  Every such lock is made by instance_lock
+# and replaced by a fresh one in the child (the state it guards is changed by
+# single, GIL-atomic dict assignments, so it is consistent at any fork).
+
+_lock_owners: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+
+
+def instance_lock(owner: Any) -> threading.Lock:
+    """A new lock for ``owner._lock``, reset in a forked child."""
+    _lock_owners[id(owner)] = owner
+    return threading.Lock()
+
+
+def _reset_locks_in_child() -> None:
+    for owner in list(_lock_owners.values()):
+        owner._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_locks_in_child)

@@ -102,7 +102,7 @@ def rope_frequencies(dim: int = 128, seq_len: int = 512, *, base: float = 10000.
 
     Left: ``cos(p * inv_freq[i])`` for positions ``p < seq_len`` (rows) and
     pair index ``i`` (columns) -- the rotation each position gives each
-    pair, like the angle charts of the LLaMA walkthrough (seed 004): the first
+    pair, like the angle charts of "LLaMA Nuts and Bolts" (chapter 10, RoPE): the first
     pairs turn fast, the last barely move.  Right: each pair's wavelength
     ``2*pi / inv_freq[i]`` in positions (log scale), and with ``scaling`` (a
     transformers ``rope_scaling`` dict) the scaled wavelengths beside the

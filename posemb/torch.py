@@ -252,7 +252,7 @@ class _ApplyRope(torch.autograd.Function):
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
-               interleaved: bool = False) -> torch.Tensor:
+               interleaved: bool = False, seq_axis: int | None = None) -> torch.Tensor:
     """Rotate ``x`` by the tables, differentiably: :func:`posemb.apply_rope` on tensors.
 
     ``y = x*cos + rotate(x)*sin`` on the first ``r = cos.shape[-1]`` features
@@ -266,8 +266,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
     Parameters
     ----------
     x : torch.Tensor, shape ``(..., d)``
-    cos, sin : torch.Tensor, shape broadcastable to ``(..., r)``, ``r`` even ``<= d``
+    cos, sin : torch.Tensor, shape broadcastable to ``(..., r)``, ``r <= d``
+        (odd ``r``: the unpaired last feature passes through)
     interleaved : bool
+    seq_axis : int, optional
+        The axis of ``x`` the tables' position axis (their second to last)
+        runs along: default the second to last (``(batch, heads, seq, d)``);
+        ``seq_axis=1`` for ``(batch, seq, heads, d)`` (Meta, flash-attn).
 
     Returns
     -------
@@ -290,6 +295,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
     _check(x, "x")
     _check(cos, "cos")
     _check(sin, "sin")
+    if seq_axis is not None:
+        from ._rope import _seq_axis
+        k = x.dim() - 2 - _seq_axis(seq_axis, x.dim())
+        if k:    # singleton axes after the tables' position axis
+            cos, sin = (t.reshape(tuple(t.shape[:-1]) + (1,) * k + tuple(t.shape[-1:]))
+                        if t.dim() >= 2 else t for t in (cos, sin))
     return _apply_rope(x, cos, sin, bool(interleaved))
 
 

@@ -334,9 +334,13 @@ int pe_rope_varlen_apply(const pe_rope_varlen *a, pe_rope_fn kernel);
 #define PE_SINUSOIDAL_BLOCK 32
 #define PE_SINUSOIDAL_SUPER 32
 #define PE_SINUSOIDAL_NFREQ(dim) (((dim) + 1) / 2)
+/* frequencies are made in blocks of at most FREQS (a multiple of 16): the
+ * scratch is bounded whatever dim is */
+#define PE_SINUSOIDAL_FREQS 256
 #define PE_SINUSOIDAL_WORK(dim) \
     ((2 * PE_SINUSOIDAL_BLOCK + 2 * PE_SINUSOIDAL_SUPER + 4) * \
-     PE_SINUSOIDAL_NFREQ(dim))
+     (PE_SINUSOIDAL_NFREQ(dim) < PE_SINUSOIDAL_FREQS ? \
+      PE_SINUSOIDAL_NFREQ(dim) : PE_SINUSOIDAL_FREQS))
 
 void pe_sinusoidal_table_f16(ptrdiff_t n, int64_t start, ptrdiff_t dim,
                              const double *inv_freq, int concat,

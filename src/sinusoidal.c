@@ -343,11 +343,14 @@ static void sinusoidal_chunks(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         const ptrdiff_t rc = c / j->freq_chunks, fc = c % j->freq_chunks;
         const ptrdiff_t lo = j->n * rc / j->row_chunks;
         const ptrdiff_t hi = j->n * (rc + 1) / j->row_chunks;
-        j->rows(hi - lo, j->start + lo, j->dim, j->inv_freq, j->concat,
-                j->out + lo * j->dim * j->itemsize,
-                j->work + c * PE_SINUSOIDAL_WORK(j->dim),
-                freq_bound(nf, fc, j->freq_chunks),
-                freq_bound(nf, fc + 1, j->freq_chunks));
+        const ptrdiff_t f1 = freq_bound(nf, fc + 1, j->freq_chunks);
+        /* frequency blocks of at most FREQS: bounded scratch */
+        for (ptrdiff_t f = freq_bound(nf, fc, j->freq_chunks); f < f1;
+             f += PE_SINUSOIDAL_FREQS)
+            j->rows(hi - lo, j->start + lo, j->dim, j->inv_freq, j->concat,
+                    j->out + lo * j->dim * j->itemsize,
+                    j->work + c * PE_SINUSOIDAL_WORK(j->dim), f,
+                    f1 - f < PE_SINUSOIDAL_FREQS ? f1 : f + PE_SINUSOIDAL_FREQS);
     }
 }
 

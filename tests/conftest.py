@@ -1,5 +1,7 @@
 """Shared fixtures.  torch is a test dependency (the ``test`` extra pins a
-CPU build); reference formulas are written in PyTorch from REFERENCE.md.
+CPU build) for the parity tests, which are written in PyTorch from the
+systems they reproduce.  The family test files take torch through
+tests/_torch.py (``pytest.importorskip`` on first use, per test).
 
 Without torch (an installed wheel tested with only numpy and pytest, as
 .ci/wheel_linux.sh does), ``import torch`` still succeeds and gives a

@@ -9,13 +9,25 @@ kernels), mixed with values drawn from a universe of wrong types, extreme
 integers, NaN/inf, and small arrays of every dtype and layout (strided,
 reversed, transposed, F-order, zero-stride, byte-swapped, read-only,
 unaligned, size 0).  A case passes when the call returns, or raises
-TypeError, ValueError, IndexError, OverflowError or MemoryError; any other
-exception, an input (other than ``out``) that changed, or a result that
-differs from the float64 oracle where that is cheap, is a failure.  A crash
-kills the process: tests/test_fuzz.py runs this script in a subprocess and
-sees the signal.  The last line printed is ``fuzz cases: N ... failures: F``.
+TypeError, ValueError, IndexError or OverflowError, or a MemoryError from
+posemb's size check (one that names the argument and the bytes needed); any
+other exception (a NumPy "Unable to allocate", a bare MemoryError), an input
+(other than ``out``) that changed, or a result that differs from the float64
+oracle where that is cheap, is a failure naming the call.
+
+The process runs under an address-space cap (``RLIMIT_AS``: what it uses
+after import plus ``POSEMB_FUZZ_MEMORY`` bytes, default 4 GiB), so a
+blow-up is a MemoryError here instead of an out-of-memory kill.  A case that
+runs longer than ``POSEMB_FUZZ_CASE_TIMEOUT`` seconds (default 60) is a hang:
+the process exits with code 3 after printing the case (from
+``POSEMB_FUZZ_CURRENT``, a file the case is written to before it runs) and
+every thread's traceback.  A crash kills the process: tests/test_fuzz.py and
+.ci/fuzz.sh run this script in a subprocess and see the signal.  The last
+line printed is ``fuzz cases: N ... failures: F``.
 """
+import faulthandler
 import os
+import re
 import random
 import resource
 import sys
@@ -28,6 +40,8 @@ from posemb import _core
 from posemb import _reference as R
 
 ALLOWED = (TypeError, ValueError, IndexError, OverflowError, MemoryError)
+#: what posemb's size check says (posemb._checks.check_memory)
+NAMED_MEMORY_ERROR = re.compile(r"^[\w\[\]'., ]+: .* would need \d+ bytes")
 
 INTS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 33, -1, -2, -7, 2**31, 2**40, 2**53, 2**53 + 1,
         2**61, 2**62, 2**63 - 1, -2**63, 2**64, 2**100, -2**100]
@@ -744,7 +758,27 @@ def mk_core(g):
     return fn, args, {}, None
 
 
-MAKERS = [(mk_apply_rope, 8), (lambda g: mk_apply_rope(g, True), 4), (mk_rope_cos_sin, 3),
+def mk_registry(g):
+    """A registered call (tests/registry.py) with one argument, sometimes,
+    replaced by anything: every public function is fuzzed, including ones
+    added after the makers above were written."""
+    import registry
+
+    name, fn, args, kwargs, _ = g.pick(registry.REGISTRY)
+    args, kwargs = list(args), dict(kwargs)
+    if kwargs.get("out") is not None or "apply_qk" in name:
+        kwargs.pop("out", None)          # shared buffers of the registry stay untouched
+    slots = [("a", i) for i in range(len(args))] + [("k", k) for k in kwargs]
+    if slots and g.chance(0.7):
+        kind, key = g.pick(slots)
+        if kind == "a":
+            args[key] = g.anything()
+        else:
+            kwargs[key] = g.anything()
+    return fn, tuple(args), kwargs, None
+
+
+MAKERS = [(mk_registry, 6), (mk_apply_rope, 8), (lambda g: mk_apply_rope(g, True), 4), (mk_rope_cos_sin, 3),
           (mk_rope_module, 6), (mk_rotate, 2), (mk_hf, 2), (mk_meta, 2), (mk_tables, 2),
           (mk_sinusoidal, 5), (mk_learned, 6), (mk_t5, 5), (mk_shaw, 4), (mk_alibi, 3),
           (mk_masks, 4), (mk_attention, 2), (mk_scaling, 4), (mk_varlen, 5),
@@ -754,7 +788,7 @@ PUBLIC = [m for m, w in MAKERS for _ in range(w)]
 
 # ------------------------------------------------------------------ driver
 
-def cap_address_space(extra=4 << 30):
+def cap_address_space(extra=int(os.environ.get("POSEMB_FUZZ_MEMORY", 4 << 30))):
     """Make an allocation the size checks miss fail instead of paging (not under ASan)."""
     if "asan" in os.environ.get("LD_PRELOAD", ""):
         return
@@ -792,9 +826,31 @@ def snapshot(fn, args, kw):
     return snap
 
 
+class Watchdog:
+    """Per-case hang detection that works inside C loops: faulthandler's
+    timer thread dumps every traceback and exits with code 3; the case is in
+    the POSEMB_FUZZ_CURRENT file (if set), written before the call."""
+
+    def __init__(self):
+        self.timeout = float(os.environ.get("POSEMB_FUZZ_CASE_TIMEOUT", "60"))
+        path = os.environ.get("POSEMB_FUZZ_CURRENT")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if path else None
+
+    def start(self, describe):
+        if self.fd is not None:
+            data = describe().encode("utf-8", "replace")
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, data, 0)
+        faulthandler.dump_traceback_later(self.timeout, exit=True)
+
+    def stop(self):
+        faulthandler.cancel_dump_traceback_later()
+
+
 def main(cases=100_000, seed=0):
     cap_address_space()
     np.seterr(all="ignore")
+    dog = Watchdog()
     g = Gen(seed)
     stats = {"returned": 0, "raised": 0, "failures": 0}
     failures = []
@@ -807,8 +863,19 @@ def main(cases=100_000, seed=0):
             stats["raised"] += 1
             continue
         snap = snapshot(fn, args, kw)
+        dog.start(lambda: describe(i, fn, args, kw))
         try:
-            res = fn(*args, **kw)
+            try:
+                res = fn(*args, **kw)
+            finally:
+                dog.stop()
+        except MemoryError as e:
+            res = None
+            ok = bool(NAMED_MEMORY_ERROR.match(str(e)))
+            if ok:
+                stats["raised"] += 1
+            else:
+                why = f"MemoryError not from posemb's size check: {str(e)[:200]!r}"
         except ALLOWED:
             stats["raised"] += 1
             res = None
@@ -834,16 +901,19 @@ def main(cases=100_000, seed=0):
                     break
         if not ok:
             stats["failures"] += 1
-            if len(failures) < 20:
-                failures.append(f"case {i}: {getattr(fn, '__name__', fn)!s} args="
-                                f"{[short(a) for a in args]} kw={ {k: short(v) for k, v in kw.items()} }"
-                                f"\n    {why}")
+            if len(failures) < 50:
+                failures.append(f"{describe(i, fn, args, kw)}\n    {why}")
     posemb.set_num_threads(threads)
     for f in failures:
         print(f)
     print(f"fuzz cases: {cases} returned: {stats['returned']} raised: {stats['raised']} "
           f"failures: {stats['failures']} (seed {seed})")
     return 1 if stats["failures"] else 0
+
+
+def describe(i, fn, args, kw):
+    return (f"case {i}: {getattr(fn, '__qualname__', getattr(fn, '__name__', fn))!s} args="
+            f"{[short(a) for a in args]} kw={ {k: short(v) for k, v in kw.items()} }")
 
 
 def short(a):

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 from posemb import _core
@@ -23,7 +23,7 @@ def press_get_slopes(n):
 
 
 def mpt_gen_slopes(n_heads, alibi_bias_max=8):
-    """MPT's gen_slopes in torch (REFERENCE.md: alibi_bias_max = 8 gives Press's)."""
+    """MPT's gen_slopes in torch (MPT ``gen_slopes``: alibi_bias_max = 8 gives Press's)."""
     _n_heads = 2 ** math.ceil(math.log2(n_heads))
     m = torch.arange(1, _n_heads + 1, dtype=torch.float64) * (alibi_bias_max / _n_heads)
     slopes = 1.0 / torch.pow(2, m)
@@ -52,7 +52,7 @@ def test_slopes_match_press_for_1_to_256_heads():
         np.testing.assert_allclose(got, mpt_gen_slopes(n).numpy(), rtol=3e-14, atol=0)
 
 
-def test_slopes_exact_and_seed003_form():
+def test_slopes_exact_and_tutorial_form():
     # 2**(-8h/H): exact powers of two for H = 1, 2, 4, 8
     for H in (1, 2, 4, 8):
         np.testing.assert_array_equal(posemb.alibi_slopes(H),

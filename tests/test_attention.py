@@ -5,8 +5,8 @@ import pathlib
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from _torch import torch
+from _torch import F
 
 import posemb
 

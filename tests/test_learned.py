@@ -1,17 +1,17 @@
 """posemb.learned_pe_forward / learned_pe_backward / LearnedPE against PyTorch.
 
-Reference (REFERENCE.md, seed 003): ``y = x + nn.Embedding(max_len, D)(positions)``,
+Reference (the "Positional Encodings in Transformer Models" tutorial (Machine Learning Mastery), TorchLean):
+``y = x + nn.Embedding(max_len, D)(positions)``,
 with autograd's ``weight.grad`` as the backward (a scatter-add in which repeated
 positions accumulate).
 """
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 from posemb import _core
 
-TORCH = {np.float16: torch.float16, np.float32: torch.float32, np.float64: torch.float64}
 
 
 # ---------------------------------------------------------------- references
@@ -26,7 +26,7 @@ def torch_embedding(weight):
 
 
 def torch_forward_backward(x, weight, positions, grad_out):
-    """Seed 003's x + position_embeddings(positions), then autograd."""
+    """The MLM tutorial's x + position_embeddings(positions), then autograd."""
     emb = torch_embedding(weight)
     xt = torch.from_numpy(np.array(x)).requires_grad_(True)
     y = xt + emb(torch.from_numpy(np.array(positions, dtype=np.int64)))
@@ -34,16 +34,20 @@ def torch_forward_backward(x, weight, positions, grad_out):
     return y.detach().numpy(), xt.grad.numpy(), emb.weight.grad.numpy()
 
 
-class SeedLearnedPositionalEncoding(torch.nn.Module):
-    """Seed 003's LearnedPositionalEncoding, verbatim in behaviour."""
+def tutorial_learned_encoding(max_seq_len, dim):
+    """The MLM tutorial's LearnedPositionalEncoding, verbatim in behaviour
+    (the class is made on first use: torch may be absent)."""
 
-    def __init__(self, max_seq_len, dim):
-        super().__init__()
-        self.position_embeddings = torch.nn.Embedding(max_seq_len, dim)
+    class LearnedPositionalEncoding(torch.nn.Module):
+        def __init__(self, max_seq_len, dim):
+            super().__init__()
+            self.position_embeddings = torch.nn.Embedding(max_seq_len, dim)
 
-    def forward(self, x):
-        positions = torch.arange(x.size(1), device=x.device).expand(x.size(0), -1)
-        return x + self.position_embeddings(positions)
+        def forward(self, x):
+            positions = torch.arange(x.size(1), device=x.device).expand(x.size(0), -1)
+            return x + self.position_embeddings(positions)
+
+    return LearnedPositionalEncoding(max_seq_len, dim)
 
 
 # ---------------------------------------------------------------- forward
@@ -164,9 +168,9 @@ def test_backward_skewed_positions_any_thread_count(rng, threads):
 
 
 def test_seed_module_default_positions(rng):
-    """Seed 003's LearnedPositionalEncoding: positions arange(seq) for each batch row."""
+    """The MLM tutorial's LearnedPositionalEncoding: positions arange(seq) for each batch row."""
     torch.manual_seed(0)
-    mod = SeedLearnedPositionalEncoding(512, 24)
+    mod = tutorial_learned_encoding(512, 24)
     w = mod.position_embeddings.weight.detach().numpy().copy()
     x = rng.standard_normal((3, 40, 24), dtype=np.float32)
     xt = torch.from_numpy(x)
@@ -393,9 +397,11 @@ def test_out_of_range_positions_raise_and_write_nothing(rng):
 def test_forward_bad_arguments():
     w = np.zeros((10, 4), np.float32)
     x = np.zeros((2, 5, 4), np.float32)
-    with pytest.raises(TypeError, match="x"):
+    with pytest.raises(TypeError, match=r"^x must be a float16, float32 or float64 array, "
+                                        r"got dtype int32$"):
         posemb.learned_pe_forward(np.zeros((2, 5, 4), np.int32), w)
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match=r"^x must have shape \(\.\.\., seq, dim\) when "
+                                         r"positions is not given, got \(4,\)$"):
         posemb.learned_pe_forward(np.zeros(4, np.float32), w)    # no seq axis, no positions
     with pytest.raises(TypeError, match="weight"):
         posemb.learned_pe_forward(x, np.zeros((10, 4), np.int64))

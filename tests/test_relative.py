@@ -1,42 +1,20 @@
 """T5 relative position bias and Shaw relative embeddings vs PyTorch references.
 
-The references are written here from REFERENCE.md: a line-for-line torch
+The references are written here from the sources: a line-for-line torch
 transcription of HF's ``T5Attention._relative_position_bucket`` and
 ``compute_bias``, and tensor2tensor's clipped relative positions.
 """
-import math
 
 import numpy as np
 import pytest
-import torch
+from _torch import torch
+from _hf import hf_bucket
 
 import posemb
 from posemb import _core
 
 
 # ---------------------------------------------------------------- references
-
-def hf_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
-    """HF transformers' T5Attention._relative_position_bucket, transcribed."""
-    relative_buckets = 0
-    if bidirectional:
-        num_buckets //= 2
-        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
-        relative_position = torch.abs(relative_position)
-    else:
-        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-    relative_position_if_large = max_exact + (
-        torch.log(relative_position.float() / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).to(torch.long)
-    relative_position_if_large = torch.min(
-        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1))
-    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
-    return relative_buckets
-
 
 def hf_compute_bias(weight, query_length, key_length, bidirectional=True,
                     num_buckets=32, max_distance=128, query_offset=0):
@@ -56,7 +34,7 @@ def shaw_index(query_length, key_length, K):
     return torch.clamp(memory_position - context_position, -K, K) + K
 
 
-SWEEP = torch.arange(-100000, 100001, dtype=torch.long)
+SWEEP = np.arange(-100000, 100001, dtype=np.int64)
 
 T5_CONFIGS = [
     (True, 32, 128),     # T5 / Flan-T5 defaults
@@ -78,8 +56,8 @@ T5_CONFIGS = [
 @pytest.mark.parametrize("bidirectional,num_buckets,max_distance", T5_CONFIGS)
 def test_t5_bucket_sweep_matches_hf(bidirectional, num_buckets, max_distance):
     # every value in [-100000, 100000], one vectorised call each side
-    want = hf_bucket(SWEEP, bidirectional, num_buckets, max_distance).numpy()
-    got = posemb.t5_relative_position_bucket(SWEEP.numpy(), bidirectional=bidirectional,
+    want = hf_bucket(torch.from_numpy(SWEEP), bidirectional, num_buckets, max_distance).numpy()
+    got = posemb.t5_relative_position_bucket(SWEEP, bidirectional=bidirectional,
                                              num_buckets=num_buckets, max_distance=max_distance)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
@@ -196,8 +174,8 @@ def test_relative_position_index_matches_t2t(q, k, K):
     np.testing.assert_array_equal(got, shaw_index(q, k, K).numpy())
 
 
-def test_relative_embeddings_seed003_module():
-    # seed 003's RelativePositionalEncoding (no clipping) equals ours once K >= L - 1
+def test_relative_embeddings_tutorial_module():
+    # the MLM tutorial's RelativePositionalEncoding (no clipping) equals ours once K >= L - 1
     L, K, d = 7, 6, 8
     torch.manual_seed(0)
     table = torch.randn(2 * K + 1, d)

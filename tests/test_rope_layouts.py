@@ -185,3 +185,17 @@ def test_seed_tutorial_rotary_layout_batch_seq_heads_dim(rng):
     c, si = posemb.rope_cos_sin(np.arange(s), d, dtype=np.float64)
     np.testing.assert_allclose(posemb.apply_rope(x.numpy(), c, si, seq_axis=1), want,
                                rtol=1e-12, atol=1e-12)
+
+
+def test_torch_apply_rope_seq_axis(rng):
+    torch = pytest.importorskip("torch")
+    import posemb.torch as pt
+
+    x = torch.from_numpy(rng.standard_normal((2, 6, 3, 8))).requires_grad_()
+    cos, sin = (torch.from_numpy(t) for t in posemb.rope_cos_sin(np.arange(6), 8,
+                                                                dtype=np.float64))
+    y = pt.apply_rope(x, cos, sin, seq_axis=1)
+    want = posemb.apply_rope(x.detach().numpy(), cos.numpy(), sin.numpy(), seq_axis=1)
+    np.testing.assert_array_equal(y.detach().numpy(), want)
+    y.backward(y.detach())                   # the gradient rotates y back to x
+    np.testing.assert_allclose(x.grad.numpy(), x.detach().numpy(), rtol=1e-12, atol=1e-12)

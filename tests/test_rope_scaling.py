@@ -1,5 +1,6 @@
 """RoPE scaling (HF rope_scaling dicts) and rope_config against PyTorch
-transcriptions of transformers' ``modeling_rope_utils.py`` (REFERENCE.md).
+transcriptions of transformers' ``modeling_rope_utils.py`` (``ROPE_INIT_FUNCTIONS``) and Meta's
+``apply_scaling`` (llama3).
 
 The transcriptions below follow HF's compute functions line by line, with the
 working dtype a parameter: float64 to check posemb's float64 frequencies to the
@@ -10,11 +11,12 @@ import math
 
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 
-T = torch.from_numpy
+def T(a):
+    return torch.from_numpy(a)
 
 # ---------------------------------------------------------------- references
 

@@ -1,6 +1,7 @@
 """posemb.sinusoidal / add_sinusoidal / AbsolutePE against PyTorch reference formulas.
 
-References (REFERENCE.md, seeds 000-003): the seed tutorial's
+References (Vaswani et al. section 3.5; PositionalEmbeddings.jl ``AbsolutePE``;
+TorchLean): the "Positional Encodings in Transformer Models" tutorial (Machine Learning Mastery)
 ``create_sinusoidal_encodings`` (interleaved, float32 as written), the same
 formula in float64 as "truth", and the concatenated layout
 ``[sin(p*w) | cos(p*w)]`` zero-padded for odd dims.
@@ -9,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
+from _torch import torch
 
 import posemb
 from posemb import _core
@@ -17,9 +18,10 @@ from posemb import _core
 
 # ---------------------------------------------------------------- references
 
-def torch_sinusoid(seq_len, dim, start=0, base=10000.0, dtype=torch.float32):
-    """Seed 003's create_sinusoidal_encodings, computed in ``dtype``, with a
+def torch_sinusoid(seq_len, dim, start=0, base=10000.0, dtype=None):
+    """The MLM tutorial's create_sinusoidal_encodings, computed in ``dtype``, with a
     start position, a base, and TorchLean's rule for odd dims (i = j // 2)."""
+    dtype = torch.float32 if dtype is None else dtype
     i = torch.arange(0, (dim + 1) // 2, dtype=dtype)
     div_term = torch.exp(-np.log(base) * (2 * i / max(dim, 1)))
     position = torch.arange(start, start + seq_len, dtype=dtype).unsqueeze(1)
@@ -31,7 +33,7 @@ def torch_sinusoid(seq_len, dim, start=0, base=10000.0, dtype=torch.float32):
 
 
 def torch_truth(seq_len, dim, start=0, base=10000.0, layout="interleaved"):
-    """float64 truth from REFERENCE.md: angle p * base**(-2i/D) in float64."""
+    """float64 truth (Vaswani et al.): angle p * base**(-2i/D) in float64."""
     h = dim // 2
     nf = (dim + 1) // 2 if layout == "interleaved" else h
     i = torch.arange(nf, dtype=torch.float64)
@@ -417,7 +419,7 @@ def test_add_rows_streaming_large_out(rng, dtype, offset):
 # ---------------------------------------------------------------- AbsolutePE
 
 def test_absolute_pe_julia_example(rng):
-    """Seed 000/001: AbsolutePE(512, 1000) on randn(Float32, 100, 512, 32), which
+    """PositionalEmbeddings.jl's documented example: AbsolutePE(512, 1000) on randn(Float32, 100, 512, 32), which
     in NumPy's row-major order is (32, 512, 100) = (batch, features, seq)."""
     pe = posemb.AbsolutePE(512, 1000)
     emb = pe.embeddings

@@ -108,14 +108,15 @@ def _in_forked_child(target):
 
 def _child(q):
     x, cos, sin = _big_case()
-    q.put(posemb.apply_rope(x, cos, sin).sum(dtype=np.float64))
+    q.put(posemb.apply_rope(x, cos, sin))
 
 
 def test_fork_after_pool_used(restore_threads):
     posemb.set_num_threads(2)
     x, cos, sin = _big_case()
-    want = posemb.apply_rope(x, cos, sin).sum(dtype=np.float64)   # pool has run
-    assert _in_forked_child(_child) == want
+    want = posemb.apply_rope(x, cos, sin)   # pool has run
+    got = _in_forked_child(_child)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 # ---------------------------------------------------------------- every family
@@ -193,12 +194,97 @@ def test_eight_threads_every_family_match_serial(restore_threads):
 
 
 def _child_families(q):
-    q.put({name: fn().sum(dtype=np.float64) for name, fn in _family_calls()})
+    q.put({name: fn() for name, fn in _family_calls()})
 
 
 def test_fork_child_every_family(restore_threads):
-    """A fork()ed child computes every family correctly after the parent used
-    the pool with several threads."""
+    """A fork()ed child computes every family correctly (whole arrays, bit for
+    bit) after the parent used the pool with several threads."""
     posemb.set_num_threads(3)
-    want = {name: fn().sum(dtype=np.float64) for name, fn in _family_calls()}
-    assert _in_forked_child(_child_families) == want
+    want = {name: fn() for name, fn in _family_calls()}
+    got = _in_forked_child(_child_families)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        assert np.array_equal(got[name], want[name]), name
+
+
+# ---------------------------------------------------------------- fork while a lock is held
+
+def _fork_while_inside(monkeypatch, module, hook_name, hold, child_call):
+    """Thread A runs ``hold()``, which enters a locked section whose table
+    work (``module.hook_name``) is made to wait; the main thread forks
+    while A is inside.  The child runs ``child_call()`` (which needs the same
+    lock) and sends the result back; it must finish within 60 s."""
+    import os
+    import pickle
+    import time
+
+    real = getattr(module, hook_name)
+    inside, release = threading.Event(), threading.Event()
+
+    def waiting(*args, **kwargs):
+        if threading.current_thread().name == "holder":
+            inside.set()
+            release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, hook_name, waiting)
+    holder = threading.Thread(target=hold, name="holder")
+    holder.start()
+    try:
+        assert inside.wait(60)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                       # child
+            try:
+                os.close(r)
+                data = pickle.dumps(child_call())
+                with os.fdopen(w, "wb") as f:
+                    f.write(data)
+                os._exit(0)
+            except BaseException:
+                os._exit(3)
+        os.close(w)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on a lock held by another thread at fork()")
+        with os.fdopen(r, "rb") as f:
+            got = pickle.loads(f.read())
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        return got
+    finally:
+        release.set()
+        holder.join(60)
+
+
+def test_fork_while_rope_cache_grows(monkeypatch):
+    import posemb._rope_module as rope_mod
+
+    rope = posemb.RoPE(8, 4, dtype=np.float64)
+    x = np.random.default_rng(3).standard_normal((2, 5, 8))
+    got = _fork_while_inside(monkeypatch, rope_mod, "_tables",
+                             lambda: rope(x, offset=100),     # grows the cache under the lock
+                             lambda: rope(x, offset=50))      # needs the lock in the child
+    want = posemb.apply_rope(x, *posemb.rope_cos_sin(np.arange(50, 55), 8, dtype=np.float64))
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_fork_while_absolute_pe_makes_a_table(monkeypatch):
+    import posemb._sinusoidal as sin_mod
+
+    pe = posemb.AbsolutePE(6, 10, dtype=np.float32)
+    x64 = np.random.default_rng(4).standard_normal((2, 10, 6))
+    x16 = x64.astype(np.float16)
+    got = _fork_while_inside(monkeypatch, sin_mod, "_table",
+                             lambda: pe(x64),                 # makes the float64 table locked
+                             lambda: pe(x16))                 # the same table, in the child
+    want = (x16.astype(np.float64) + posemb.sinusoidal(10, 6, dtype=np.float64)).astype(np.float16)
+    assert got.dtype == np.float16 and np.array_equal(got, want)

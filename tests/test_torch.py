@@ -1,4 +1,4 @@
-"""posemb.torch against pure-PyTorch formulas (REFERENCE.md), forward and backward.
+"""posemb.torch against pure-PyTorch formulas (HF/Meta, as in each family test), forward and backward.
 
 References written here, in PyTorch: HF ``rotate_half``/``apply_rotary_pos_emb``
 and ``LlamaRotaryEmbedding``; the GPT-J interleaved rotation; ``x + nn.Embedding``;
@@ -16,6 +16,8 @@ import torch.nn.functional as F
 
 import posemb
 import posemb.torch as pt
+
+from _hf import hf_bucket as hf_t5_bucket  # HF's T5 bucket, transcribed once
 
 # ---------------------------------------------------------------- references
 
@@ -49,22 +51,6 @@ def hf_cos_sin(position_ids, dim, base=10000.0, dtype=torch.float64):
     freqs = position_ids.to(torch.float64)[..., None] * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def hf_t5_bucket(rp, bidirectional=True, num_buckets=32, max_distance=128):
-    ret = 0
-    if bidirectional:
-        num_buckets //= 2
-        ret += (rp > 0).to(torch.long) * num_buckets
-        rp = torch.abs(rp)
-    else:
-        rp = -torch.min(rp, torch.zeros_like(rp))
-    max_exact = num_buckets // 2
-    is_small = rp < max_exact
-    large = max_exact + (torch.log(rp.float() / max_exact) / math.log(max_distance / max_exact)
-                         * (num_buckets - max_exact)).to(torch.long)
-    large = torch.min(large, torch.full_like(large, num_buckets - 1))
-    return ret + torch.where(is_small, rp, large)
 
 
 def hf_compute_bias(weight, q, k, bidirectional=True, max_distance=128, offset=0):
