@@ -327,7 +327,6 @@ static void rope_nt_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)              \
         NT_PASSES_##ISA(DIR, T, S, W2)                                        \
         COPY_TAIL(T)                                                          \
     }                                                                         \
-    _mm_sfence();   /* order the streaming stores before the task ends */     \
 }
 
 #define DEFINE_ROPE_X86_ALL(DIR)                                              \
@@ -421,7 +420,6 @@ static void inter_nt_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
         INTER_NT_##ISA(DIR, SUF, S, W2)                                       \
         COPY_TAIL(T)                                                          \
     }                                                                         \
-    _mm_sfence();                                                             \
 }
 
 #define DEFINE_INTER_ALL(DIR)                                                 \
@@ -747,7 +745,9 @@ void pe_rope_parallel(pe_rope_fn fn, const pe_rope_loop *L, ptrdiff_t itemsize)
     pe_parallel_for(L->n, grain, rope_range_task, &job);
 }
 
-#define ROPE_HEAD_GROUP 4
+/* heads per group for (b, h, s, d) memory: about 2 KiB of x per call, at
+ * most 4 (float16 rows, 256 bytes: groups of 8 were slower than 4) */
+#define ROPE_GROUP_BYTES 2048
 
 typedef struct {
     pe_rope_fn fn;       /* any tables */
@@ -759,6 +759,7 @@ typedef struct {
     ptrdiff_t blocks;    /* blocks per batch entry */
     int heads_inner;     /* x's heads lie closer in memory than its positions */
     ptrdiff_t head_group; /* > 1: heads walked in groups of this many, row by row */
+    int streaming;       /* fn uses streaming stores: fence once per task */
 } rope_grid_job;
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -813,13 +814,15 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         L.cos_inner = g->cos_inner;
         L.sin_inner = g->sin_inner;
         if (!job->heads_inner && job->head_group > 1) {
-            /* (b, h, s, d) memory: groups of heads, position by position
-             * within the group, each call over the group's heads sharing
-             * the position's table row: a few forward streams, and each
-             * table row read once per group (measured, in place, 1 thread,
-             * CPU time, (1, 32, 8192, 128) float32: one head at a time
-             * 1.8x an in-place scale, groups of 2 1.5x, 4 1.2x, 8 1.4x,
-             * 32 2.9x; streaming stores lose, one fence per call) */
+            /* (b, h, s, d) memory: groups of heads (about 2 KiB of x per
+             * position), position by position within the group, each call
+             * over the group's heads sharing the position's table row: a
+             * few forward streams, each table row read once per group.
+             * Measured, 1 thread, CPU time, (1, 32, 8192, 128) float32:
+             * in place, one head at a time 1.8x an in-place scale, groups
+             * of 2 1.5x, 4 1.2x, 8 1.4x, 32 2.9x; out of place (streaming
+             * stores, one fence per task) one head 1.5x a copy, 2 1.24x,
+             * 4 1.11x, 8 1.16x; float64 out of place best at 2. */
             const ptrdiff_t G = job->head_group;
             L.x_step = g->x_h;
             L.y_step = g->y_h;
@@ -864,6 +867,10 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             fn(&L);
         }
     }
+#if defined(PE_ROPE_X86)
+    if (job->streaming)
+        _mm_sfence();   /* order the streaming stores before the task ends */
+#endif
 }
 
 /*
@@ -909,6 +916,12 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     job->rows = rows;
     job->blocks = (g->S + rows - 1) / rows;
     {
+        const ptrdiff_t vec = (g->d > 0 ? g->d : 1) * job->itemsize;
+        job->head_group = vec < ROPE_GROUP_BYTES ? ROPE_GROUP_BYTES / vec : 1;
+        if (job->head_group > 4)
+            job->head_group = 4;
+    }
+    {
         const ptrdiff_t ah = g->x_h < 0 ? -g->x_h : g->x_h;
         const ptrdiff_t as = g->x_s < 0 ? -g->x_s : g->x_s;
         job->heads_inner = g->H > 1 && g->S > 1 && ah < as;
@@ -920,7 +933,7 @@ static void grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
 
 void pe_rope_grid_run(pe_rope_fn fn, const pe_rope_grid *g, ptrdiff_t itemsize)
 {
-    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0, 0, ROPE_HEAD_GROUP};
+    rope_grid_job job = {fn, NULL, g, itemsize, 0, 0, 0, 0, 0, 0};
     grid_run(&job, rope_block_table_bytes());
 }
 
@@ -953,7 +966,7 @@ void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int 
     const ptrdiff_t h = g->r / 2;
     /* half-split: table rows checked block by block for duplicated halves */
     rope_grid_job job = {full[kind][f64], inter ? NULL : dup[back][f64], g, itemsize,
-                         2048, 0, 0, 0, ROPE_HEAD_GROUP};
+                         2048, 0, 0, 0, 0, 0};
     ptrdiff_t table_bytes = rope_block_table_bytes();
     const int tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
     if (!tables_ok)
@@ -977,7 +990,7 @@ void pe_rope_grid_fast(const pe_rope_grid *g, int kind, ptrdiff_t itemsize, int 
         pe_rope_fn fast;
         if (streaming) {
             fast = rope_nt_x86[inter][back][f64][simd >= 2];
-            job.head_group = 0;
+            job.streaming = 1;
             job.prefetch = 0;                      /* (measured: no gain) */
         } else {
             fast = simd >= 3 && run_bytes % 64 == 0 ? rope_one_avx512[inter][back][f64]
