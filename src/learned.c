@@ -302,9 +302,9 @@ static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
  * Token order for a table that stays in the last-level cache (at most a
  * quarter of it, read at run time) while the batch streams past it: the
  * gradient is read once, front to back, each token's row added into its
- * table row, and the pool splits the columns (groups of 16 features, so
- * no two threads share a cache line of the table): the bits of the serial
- * loop for any thread count.  Bucketing by position instead reads the
+ * table row: the bits of the serial loop.  (The task takes ranges of
+ * 16-feature column groups, so that a pool could split the columns without
+ * two threads sharing a cache line of the table.)  Bucketing by position instead reads the
  * gradient rows in position order, a jump per row (measured, 8x2048 tokens
  * of 1024 float32 features, 2048 positions, 1 thread, CPU time: bucketed
  * 3.6x one read of the gradient, token order 1.9x; torch's zeros +
@@ -395,11 +395,12 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
 {                                                                             \
     learned_back_job j;                                                       \
     if (learned_table_cached(m, d * (ptrdiff_t)sizeof(TW), n)) {              \
+        /* one thread: split by columns over 2 threads, each reading half \
+         * of every gradient row, it was slower (4.8 ms against 4.0 ms for \
+         * the case above), so the pool is not used here */                \
         learned_cols_job c = {n, d, m, g, pos, gw, assign};                   \
-        pe_parallel_for((d + LEARNED_COL_GROUP - 1) / LEARNED_COL_GROUP,      \
-                        PE_PARALLEL_MIN_BYTES /                               \
-                            (n * LEARNED_COL_GROUP * (ptrdiff_t)sizeof(TG) + 1) + 1, \
-                        learned_back_cols_task_##SUF, &c);                    \
+        learned_back_cols_task_##SUF(&c, 0,                                   \
+                                     (d + LEARNED_COL_GROUP - 1) / LEARNED_COL_GROUP); \
         return;                                                               \
     }                                                                         \
     j.d = d;                                                                  \
