@@ -188,61 +188,60 @@ def _limit(kind: str, a: np.ndarray | None = None, b: np.ndarray | None = None, 
     fns: dict[str, Fn] = {}
     threads = sorted({1, cfg.threads})
     st = cfg.stream
+    new: Callable[[], np.ndarray] | None = None      # a fresh output per call
     if kind == "fill" and a is None:
         assert shape is not None
-        fns["numpy"] = lambda: np.zeros(shape, np.float32)   # calloc: pages on touch
-        def new(shape: Any = shape) -> np.ndarray:
-            return np.empty(shape, np.float32)
+        fill_shape = shape
+        fns["numpy"] = lambda: np.zeros(fill_shape, np.float32)   # calloc: pages on touch
+        new = lambda: np.empty(fill_shape, np.float32)           # noqa: E731
     elif kind == "copy" and fresh:
         assert a is not None
-        fns["numpy"] = a.copy
-        def new(a: Any = a) -> np.ndarray:
-            return np.empty_like(a)
-    else:
-        new = None   # type: ignore[assignment]
+        src = a
+        fns["numpy"] = src.copy
+        new = lambda: np.empty_like(src)                          # noqa: E731
     assert a is not None or new is not None
+    if a is not None:
+        flat = a.reshape(-1).view(np.float32)      # the same bytes as float32
     if kind == "scale":
-        assert a is not None
-        v = a.reshape(-1).view(np.float32)      # the same bytes as float32
-        def np_scale(v: Any = v) -> Any:
+        def np_scale() -> Any:
             with np.errstate(all="ignore"):    # (other dtypes' bytes may read as NaN)
-                return np.multiply(v, np.float32(1), out=v)
+                return np.multiply(flat, np.float32(1), out=flat)
         fns["numpy"] = np_scale
     elif kind == "copy" and not fresh:
-        fns["numpy"] = lambda: np.copyto(b, a)
+        assert a is not None and b is not None
+        dst, src2 = b, a
+        fns["numpy"] = lambda: np.copyto(dst, src2)
     elif kind == "fill" and a is not None:
-        fns["numpy"] = lambda: a.fill(0)
+        fns["numpy"] = lambda: flat.fill(0)
     elif kind == "read":
-        fns["numpy"] = lambda: np.add.reduce(a.reshape(-1).view(np.float32))
+        fns["numpy"] = lambda: np.add.reduce(flat)
     if st is not None:
         for variant in ("plain", "nt", "C"):
             var = "libc" if variant == "C" else variant
             for t in threads:
-                name = f"{variant}/{t}t"
-                if new is not None:
-                    def fn(var: str = var, t: int = t) -> Any:
-                        out = new()
-                        if kind == "copy":
-                            st.run("copy", var, t, out, a)
-                        else:
-                            st.run("fill", var, t, out)
-                        return out
-                elif kind == "scale":
-                    v = a.reshape(-1).view(np.float32)  # type: ignore[union-attr]
-                    def fn(var: str = var, t: int = t, v: Any = v) -> Any:
-                        return st.run("scale", var, t, v)
-                elif kind == "copy":
-                    def fn(var: str = var, t: int = t) -> Any:
-                        return st.run("copy", var, t, b, a)
-                elif kind == "read":
-                    v = a.reshape(-1).view(np.float32)  # type: ignore[union-attr]
-                    def fn(var: str = var, t: int = t, v: Any = v) -> Any:
-                        return st.run("read", var, t, v)
-                else:
-                    def fn(var: str = var, t: int = t) -> Any:
-                        return st.run("fill", var, t, a)
-                fns[name] = fn
+                fns[f"{variant}/{t}t"] = _stream_pass(st, kind, var, t, a, b, new)
     return Limit(("new " if new is not None else "") + kind, fns)
+
+
+def _stream_pass(st: Any, kind: str, var: str, t: int, a: np.ndarray | None,
+                 b: np.ndarray | None, new: Callable[[], np.ndarray] | None) -> Fn:
+    """One compiled streaming pass as a no-argument function."""
+    if new is not None:
+        def fresh() -> Any:
+            out = new()
+            if kind == "copy":
+                st.run("copy", var, t, out, a)
+            else:
+                st.run("fill", var, t, out)
+            return out
+        return fresh
+    assert a is not None
+    flat = a.reshape(-1).view(np.float32)
+    if kind in ("scale", "read"):
+        return lambda: st.run(kind, var, t, flat)
+    if kind == "copy":
+        return lambda: st.run("copy", var, t, b, a)
+    return lambda: st.run("fill", var, t, a)
 
 
 # ---------------------------------------------------------------- RoPE
@@ -754,7 +753,7 @@ def _thread_scaling(repeat: int) -> dict[str, Any]:
         if heads * seq * 128 * 4 >= big * cfg.llc or seq >= cos.shape[0]:
             break
         seq = min(seq * 4, cos.shape[0])
-    steps = []
+    steps: list[dict[str, Any]] = []
     try:
         for heads, seq in sizes:
             x = np.random.default_rng(1).standard_normal((1, heads, seq, 128), dtype=np.float32)
@@ -769,14 +768,14 @@ def _thread_scaling(repeat: int) -> dict[str, Any]:
             t1, tn = median_times([with_threads(1), with_threads(n)],
                                   max(3, repeat), calls=calls)
             steps.append({"shape": f"1x{heads}x{seq}x128", "bytes": x.nbytes,
-                          "t1_s": t1, "tn_s": tn, "speedup": t1 / tn})
+                          "t1_s": float(t1), "tn_s": float(tn), "speedup": t1 / tn})
         n = posemb.set_num_threads(n)
     finally:
         posemb.set_num_threads(old)
     last = steps[-1]
-    return {"shape": last["shape"], "t1_ms": last["t1_s"] * 1e3, "threads": n,
-            "tn_ms": last["tn_s"] * 1e3, "speedup": last["t1_s"] / last["tn_s"],
-            "sizes": steps}
+    t1_last, tn_last = float(last["t1_s"]), float(last["tn_s"])
+    return {"shape": last["shape"], "t1_ms": t1_last * 1e3, "threads": n,
+            "tn_ms": tn_last * 1e3, "speedup": t1_last / tn_last, "sizes": steps}
 
 
 def _have_compiler() -> bool:
@@ -857,7 +856,7 @@ def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None =
 
 def _ort_version() -> str | None:
     try:
-        import onnxruntime
+        import onnxruntime  # type: ignore[import-untyped]
     except ImportError:
         return None
     return str(onnxruntime.__version__)
@@ -874,7 +873,7 @@ def _fmt_ratio(r: float | None) -> str:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    llc = result.get("llc_bytes")
+    llc = result.get("llc_bytes") or 0
     lines = [f"posemb {result['posemb']} bench: numpy {result['numpy']}, "
              f"torch {result['torch'] or 'not installed'}"
              f"{' (+compile)' if result.get('compile') else ''}, "
