@@ -347,6 +347,15 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     pos = _checks.positions_array(positions, row_bytes=2 * width * dt.itemsize + 8)
     if seq_len is None and pos.size:
         seq_len = int(_checks.unique_view(pos).max()) + 1
+    if pos.size == 0:
+        # no rows: no (dim // 2,) frequencies either (dim may be 2**31)
+        _checks.positive_float(base, "base")
+        normalize_scaling(scaling)
+        _checks.flag(interleaved, "interleaved")
+        if precision != "exact":
+            from . import _rope_precision
+            _rope_precision.check_precision(precision)
+        return np.empty(pos.shape + (width,), dt), np.empty(pos.shape + (width,), dt)
     if precision != "exact":
         from . import _rope_precision
         _rope_precision.check_precision(precision)

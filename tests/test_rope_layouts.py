@@ -226,3 +226,14 @@ def test_decode_fast_path_equals_the_long_road(rng, dtype, interleaved):
         posemb.apply_rope(q.astype(np.int32), cos, sin)
     with pytest.raises(ValueError, match="must broadcast"):
         posemb.apply_rope(q, np.concatenate([cos, cos]), np.concatenate([sin, sin, sin]))
+
+
+def test_empty_positions_need_no_frequencies():
+    # found by the fuzzer: (0, 0) positions with dim 2**31 built 8 GiB of
+    # inverse frequencies for an empty result
+    cos, sin = posemb.rope_cos_sin(np.zeros((0, 0), np.int64), 2**31)
+    assert cos.shape == sin.shape == (0, 0, 2**31) and cos.dtype == np.float32
+    with pytest.raises(ValueError, match="base"):
+        posemb.rope_cos_sin(np.zeros(0, np.int64), 8, base=-1.0)
+    with pytest.raises(ValueError, match="rope_type"):
+        posemb.rope_cos_sin(np.zeros(0, np.int64), 8, scaling={"rope_type": "nope"})
