@@ -6,8 +6,10 @@ posemb's apply kernels are NumPy generalized ufuncs (``apply_rope`` is
 ``(d),(r),(r)->(d)``, ``learned_pe_forward`` is ``(d),(),(m,d)->(d)``), so a
 dask array passed to them is handled by dask itself through NumPy's
 ``__array_ufunc__`` protocol: the call returns a lazy dask array, and each
-chunk is later rotated by posemb's C kernel in its own task.  The feature
-axis is a core axis: it must be whole in every chunk.
+chunk is later rotated by posemb's C kernel in its own task.  Chunks may
+split any axis: posemb merges a split feature axis (a core axis of the
+gufunc) into one chunk and chunks its tables like the array, so a split
+sequence keeps its positions.
 
 A ``posemb.RoPE`` also travels to the workers itself (it pickles: its
 parameters go, its tables are remade there), e.g. through ``map_blocks``.

@@ -24,10 +24,13 @@ import posemb
 from posemb import _checks
 
 ROOT = Path(__file__).resolve().parents[1]
+# where the posemb under test lives (this checkout, or an installed wheel's
+# site-packages when .ci/wheel_*.sh test a wheel): subprocesses import that one
+POSEMB_HOME = str(Path(posemb.__file__).resolve().parents[1])
 
 
 def run_child(code: str, *, timeout: float = 120, cap: int | None = None) -> dict:
-    """Run ``code`` in a fresh interpreter (this checkout first on the path),
+    """Run ``code`` in a fresh interpreter (the posemb under test first on the path),
     under ``RLIMIT_AS`` = its address space after importing posemb + ``cap``
     bytes when ``cap`` is given.  ``code`` sets ``result`` (JSON-able)."""
     prog = textwrap.dedent("""
@@ -47,10 +50,10 @@ def run_child(code: str, *, timeout: float = 120, cap: int | None = None) -> dic
     if cap is not None and "asan" in os.environ.get("LD_PRELOAD", ""):
         pytest.skip("an RLIMIT_AS cap cannot be measured under AddressSanitizer "
                     "(its shadow memory is address space)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), POSEMB_NUM_THREADS="1",
+    env = dict(os.environ, PYTHONPATH=POSEMB_HOME, POSEMB_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
-                       timeout=timeout, env=env, cwd=str(ROOT))
+                       timeout=timeout, env=env, cwd=POSEMB_HOME)
     assert p.returncode == 0, p.stderr[-2000:]
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
@@ -352,7 +355,7 @@ def test_masked_arrays_are_refused_by_name(call, name):
 def test_bench_threads_zero_is_a_usage_error():
     p = subprocess.run([sys.executable, "-m", "posemb", "bench", "--threads", "0"],
                        capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(ROOT))
+                       env=dict(os.environ, PYTHONPATH=POSEMB_HOME), cwd=POSEMB_HOME)
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
     assert "argument --threads: must be an integer >= 1, got 0" in p.stderr
