@@ -35,7 +35,7 @@ from posemb import _bench_ort, _bench_stream
 try:
     from posemb import _stream     # the bench-only extension built with posemb
 except ImportError:      # a build without it
-    _stream = None
+    _stream = None  # type: ignore[assignment]
 
 Fn = Callable[[], Any]
 
