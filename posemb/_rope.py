@@ -480,17 +480,19 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
-    # a decode step is call overhead: operands with nothing to check that
-    # NumPy does not (plain native float ndarrays of one dtype, x (..., h, s, d)
-    # not broadcast, tables (s, r) with r even and <= d) go straight to the gufunc
+    # a decode step is call overhead: plain native float ndarrays of one
+    # dtype, x (..., h, s, d) and tables (s, r) with r even, go straight to the
+    # gufunc; whatever it refuses (shapes, r > d, a result too large to
+    # allocate) takes the long road below, which names the argument
     if (out is None and seq_axis is None and type(x) is _ND and type(cos) is _ND
-            and type(sin) is _ND):
-        dt, xs, cs = x.dtype, x.shape, cos.shape
+            and type(sin) is _ND and (interleaved is False or interleaved is True)):
+        dt, cs = x.dtype, cos.shape
         if ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
-                and len(xs) >= 3 and len(cs) == 2 and cs == sin.shape and cs[0] == xs[-2]
-                and not cs[1] & 1 and cs[1] <= xs[-1] and 0 not in x.strides):
-            if interleaved is False or interleaved is True:
+                and len(cs) == 2 and cs == sin.shape and not cs[1] & 1 and x.ndim >= 3):
+            try:
                 return _FAST_FWD[interleaved](x, cos, sin)
+            except (ValueError, MemoryError):
+                pass
     return _apply_rope_any(x, cos, sin, interleaved=interleaved, seq_axis=seq_axis, out=out)
 
 
