@@ -1,18 +1,27 @@
-"""``python -m posemb bench``: posemb against the PyTorch formula, the NumPy
+"""``python -m posemb bench``: posemb against the PyTorch formula (eager and
+``torch.compile``), ONNX Runtime's ``RotaryEmbedding`` operator, the NumPy
 formula and this machine's limit, measured side by side in one run.
 
-The *limit* is the most trivial streaming pass over the same bytes on the same
-thread pool (an in-place scale for in-place kernels, a copy for out-of-place
-ones, a fill for generated tables), so ``posemb / limit`` says how close a
-kernel is to the memory bandwidth, whatever the machine.  Every time is the
-median of repeated runs; PyTorch runs with the same thread count.
+The *limit* is the fastest trivial streaming pass over the same bytes (an
+in-place scale for in-place kernels, a copy for out-of-place ones, a fill
+for generated tables, a read for reductions): the best of C passes compiled
+by the bench (posemb/_bench_stream.py: plain and streaming stores at the
+CPU's vector width, on 1 thread and on the bench's thread count) and
+NumPy's own, so ``posemb / limit`` says how close a kernel is to the memory
+bandwidth, whatever the machine.  The large cases are sized from the
+last-level cache read at run time (at least 4x it), so they measure memory,
+not cache.  Every time is the median of repeated runs taken in interleaved
+rounds; PyTorch and ONNX Runtime run with the same thread count.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
 import platform
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,30 +30,24 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import posemb
+from posemb import _bench_ort, _bench_stream, _native
 
 try:
-    from posemb import _stream
-except ImportError:      # a build without the benchmark extension
-    _stream = None
+    from posemb import _stream     # the bench-only extension built with posemb
+except ImportError:      # a build without it
+    _stream = None  # type: ignore[assignment]
 
 Fn = Callable[[], Any]
 
+#: peer columns: result key -> table title
+COLUMNS = {"torch": "torch", "compile": "compile", "ort": "onnxrt", "numpy": "numpy",
+           "contig": "contig"}
 
-def _limit(kind: str, a: np.ndarray, b: np.ndarray | None = None) -> None:
-    """The bandwidth limit on posemb's thread count: a streaming pass
-    ("scale", "fill", "copy" into b, "read") in the posemb._stream
-    extension, or NumPy's single-threaded equivalent without it."""
-    if _stream is not None:
-        args = (kind, posemb.get_num_threads(), a) + (() if b is None else (b,))
-        _stream.stream(*args)
-    elif kind == "scale":
-        np.multiply(a, 1, out=a)
-    elif kind == "fill":
-        a.fill(0)
-    elif kind == "copy":
-        np.copyto(b, a)
-    else:
-        a.sum()
+
+@dataclass
+class Limit:
+    kind: str                        # scale, copy, fill, read, or a description
+    fns: dict[str, Fn]               # variant name -> pass; the fastest is the limit
 
 
 @dataclass
@@ -53,10 +56,12 @@ class Case:
     name: str
     shape: str
     posemb: Fn
-    limit: Fn | None = None
-    limit_kind: str = ""
-    torch: Fn | None = None
+    limit: Limit | None = None
+    torch: Fn | None = None          # PyTorch eager
+    compile: Fn | None = None        # torch.compile of the same formula
+    ort: Fn | None = None            # ONNX Runtime
     numpy: Fn | None = None
+    contig: Fn | None = None         # posemb on the contiguous layout of the same data
     per_call: bool = False           # tiny call: time a loop, report microseconds
     calls: int = 1                   # calls per timed sample when per_call
     note: str = ""
@@ -98,103 +103,370 @@ def _torch() -> Any:
     return torch
 
 
+# ---------------------------------------------------------------- the machine
+
+
+def llc_bytes() -> tuple[int, str]:
+    """The last-level cache's size in bytes and where it was read: sysfs
+    (Linux: the highest-level data/unified cache of cpu0), else
+    ``os.sysconf``, else an assumed 32 MiB."""
+    best = (0, 0)
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(d, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(d, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(d, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        try:
+            size = int(text.rstrip("KMGkmg")) * mult
+        except ValueError:
+            continue
+        best = max(best, (level, size))
+    if best[1] > 0:
+        return best[1], f"sysfs L{best[0]}"
+    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        try:
+            v = os.sysconf(name)
+        except (ValueError, OSError):
+            continue
+        if v and v > 0:
+            return int(v), f"sysconf {name}"
+    return 32 << 20, "assumed (not readable)"
+
+
+@dataclass
+class Config:
+    quick: bool
+    threads: int
+    llc: int
+    compile: bool                    # torch.compile columns
+    ort: bool                        # ONNX Runtime columns
+    stream: Any                      # the compiled passes, or None
+
+    def big_seq(self, heads: int, dim: int, itemsize: int, minimum: int = 4096) -> int:
+        """A power-of-two sequence length making (1, heads, seq, dim) at
+        least 4x the last-level cache (and at least `minimum`)."""
+        s = minimum
+        while heads * s * dim * itemsize < 4 * self.llc:
+            s *= 2
+        return s
+
+    def compiled(self, fn: Fn | None) -> Fn | None:
+        """torch.compile(fn), warmed (compiled) now, or None when disabled
+        or when compiling fails."""
+        torch = _torch()
+        if fn is None or not self.compile or torch is None:
+            return None
+        try:
+            c = torch.compile(fn, dynamic=False)
+            c()
+            c()
+        except Exception as e:   # noqa: BLE001 - a missing compiler, an unsupported op
+            print(f"posemb bench: torch.compile failed ({type(e).__name__}: {e}); "
+                  "column left empty", file=sys.stderr)
+            return None
+        return c
+
+
+CFG: Config | None = None
+
+
+def _cfg() -> Config:
+    assert CFG is not None
+    return CFG
+
+
+def _limit(kind: str, a: np.ndarray | None = None, b: np.ndarray | None = None, *,
+           fresh: bool = False, shape: tuple[int, ...] | None = None) -> Limit:
+    """The streaming passes moving the bytes a kernel moves.
+
+    scale: a in place.  copy: a into b, or (fresh) into a new array like a.
+    fill: a, or (shape) a new float32 array.  read: a."""
+    cfg = _cfg()
+    fns: dict[str, Fn] = {}
+    threads = sorted({1, cfg.threads})
+    st = cfg.stream
+    new: Callable[[], np.ndarray] | None = None      # a fresh output per call
+    if kind == "fill" and a is None:
+        assert shape is not None
+        fill_shape = shape
+        fns["numpy"] = lambda: np.zeros(fill_shape, np.float32)   # calloc: pages on touch
+        new = lambda: np.empty(fill_shape, np.float32)           # noqa: E731
+    elif kind == "copy" and fresh:
+        assert a is not None
+        src = a
+        fns["numpy"] = src.copy
+        new = lambda: np.empty_like(src)                          # noqa: E731
+    assert a is not None or new is not None
+    if a is not None:
+        flat = a.reshape(-1).view(np.float32)      # the same bytes as float32
+    if kind == "scale":
+        def np_scale() -> Any:
+            with np.errstate(all="ignore"):    # (other dtypes' bytes may read as NaN)
+                return np.multiply(flat, np.float32(1), out=flat)
+        fns["numpy"] = np_scale
+    elif kind == "copy" and not fresh:
+        assert a is not None and b is not None
+        dst, src2 = b, a
+        fns["numpy"] = lambda: np.copyto(dst, src2)
+    elif kind == "fill" and a is not None:
+        fns["numpy"] = lambda: flat.fill(0)
+    elif kind == "read":
+        fns["numpy"] = lambda: np.add.reduce(flat)
+    if st is not None:
+        for variant in ("plain", "nt", "C"):
+            var = "libc" if variant == "C" else variant
+            for t in threads:
+                fns[f"{variant}/{t}t"] = _stream_pass(st, kind, var, t, a, b, new)
+    if _stream is not None and all(v is None or (v.flags.c_contiguous and v.flags.aligned
+                                                 and v.nbytes % 4 == 0) for v in (a, b)):
+        for t in threads:
+            fns[f"ext/{t}t"] = _ext_pass(kind, t, a, b, new)
+    return Limit(("new " if new is not None else "") + kind, fns)
+
+
+def _stream_pass(st: Any, kind: str, var: str, t: int, a: np.ndarray | None,
+                 b: np.ndarray | None, new: Callable[[], np.ndarray] | None) -> Fn:
+    """One compiled streaming pass as a no-argument function."""
+    if new is not None:
+        def fresh() -> Any:
+            out = new()
+            if kind == "copy":
+                st.run("copy", var, t, out, a)
+            else:
+                st.run("fill", var, t, out)
+            return out
+        return fresh
+    assert a is not None
+    flat = a.reshape(-1).view(np.float32)
+    if kind in ("scale", "read"):
+        return lambda: st.run(kind, var, t, flat)
+    if kind == "copy":
+        return lambda: st.run("copy", var, t, b, a)
+    return lambda: st.run("fill", var, t, a)
+
+
+def _ext_pass(kind: str, t: int, a: np.ndarray | None, b: np.ndarray | None,
+              new: Callable[[], np.ndarray] | None) -> Fn:
+    """One pass of the posemb._stream extension (built with posemb, on its
+    own pool of t threads) as a no-argument function."""
+    assert _stream is not None
+    ext = _stream
+
+    def f32(v: np.ndarray) -> np.ndarray:
+        return v.reshape(-1).view(np.float32)
+    if new is not None:
+        def fresh() -> Any:
+            out = new()
+            if kind == "copy":
+                assert a is not None
+                ext.stream("copy", t, f32(a), f32(out))
+            else:
+                ext.stream("fill", t, f32(out))
+            return out
+        return fresh
+    assert a is not None
+    fa = f32(a)
+    if kind == "copy":
+        assert b is not None
+        fb = f32(b)
+        return lambda: ext.stream("copy", t, fa, fb)
+    return lambda: ext.stream(kind, t, fa)
+
+
 # ---------------------------------------------------------------- RoPE
 
 
-def _rope_cases(quick: bool) -> list[Case]:
+def _hf(torch: Any, interleaved: bool = False) -> Callable[[Any, Any, Any], Any]:
+    """HF's q*cos + rotate_half(q)*sin (or the interleaved pairs' formula)."""
+    def rope(x: Any, c: Any, s: Any) -> Any:
+        if interleaved:
+            p = x.unflatten(-1, (-1, 2))
+            rot = torch.stack((-p[..., 1], p[..., 0]), -1).flatten(-2)
+        else:
+            h = x.shape[-1] // 2
+            rot = torch.cat((-x[..., h:], x[..., :h]), -1)
+        return x * c + rot * s
+    return rope
+
+
+def _rope_cases(cfg: Config) -> list[Case]:
     torch = _torch()
-    cases = []
-    shapes = [(1, 32, 4096, 128), (8, 32, 512, 128)]
-    if quick:
-        shapes = [(1, 32, 2048, 128)]
+    cases: list[Case] = []
     rng = np.random.default_rng(0)
-    for shape in shapes:
-        seq, dim = shape[2], shape[3]
-        x = rng.standard_normal(shape, dtype=np.float32)
-        xi = x.copy()
-        y = np.empty_like(x)
-        cos, sin = posemb.rope_cos_sin(np.arange(seq), dim)
-        h = dim // 2
+    H, D = 32, 128
+    S = 2048 if cfg.quick else cfg.big_seq(H, D, 4)
+    label = f"1x{H}x{S}x{D}"
+    x = rng.standard_normal((1, H, S, D), dtype=np.float32)
+    xi = x.copy()
+    y = np.empty_like(x)
+    cos, sin = posemb.rope_cos_sin(np.arange(S), D)
+    ci, si = posemb.rope_cos_sin(np.arange(S), D, interleaved=True)
+    pos = np.arange(S, dtype=np.int64)[None]
+    half_c = np.ascontiguousarray(cos[:, :D // 2])
+    half_s = np.ascontiguousarray(sin[:, :D // 2])
 
-        def np_formula(x=x, cos=cos, sin=sin, h=h):
-            return x * cos + np.concatenate((-x[..., h:], x[..., :h]), -1) * sin
+    def tfn(xa: np.ndarray, c: np.ndarray, s: np.ndarray, inter: bool = False) -> Fn | None:
+        if torch is None:
+            return None
+        xt, ct, st = torch.from_numpy(xa), torch.from_numpy(c), torch.from_numpy(s)
+        f = _hf(torch, inter)
 
-        t_fn = None
-        if torch is not None:
-            xt, ct, st = torch.from_numpy(x), torch.from_numpy(cos), torch.from_numpy(sin)
+        def run() -> Any:
+            with torch.no_grad():
+                return f(xt, ct, st)
+        return run
 
-            def t_fn(xt=xt, ct=ct, st=st, h=h):
-                with torch.no_grad():
-                    return xt * ct + torch.cat((-xt[..., h:], xt[..., :h]), -1) * st
+    def ort(xa: np.ndarray, heads: int, inter: bool = False, out: np.ndarray | None = None,
+            c: np.ndarray = half_c, s: np.ndarray = half_s, p: np.ndarray = pos) -> Fn | None:
+        if not cfg.ort:
+            return None
+        return _bench_ort.OrtRope(xa, heads, c.astype(xa.dtype), s.astype(xa.dtype), p,
+                                  interleaved=inter, threads=cfg.threads, out=out)
 
-        label = "x".join(map(str, shape))
-        cases.append(Case("rope", "apply_rope in place", label,
-                          lambda xi=xi, c=cos, s=sin: posemb.apply_rope(xi, c, s, out=xi),  # type: ignore[misc]
-                          limit=lambda xi=xi: _limit("scale", xi), limit_kind="scale",  # type: ignore[misc]
-                          torch=t_fn, numpy=np_formula))
-        cases.append(Case("rope", "apply_rope out=", label,
-                          lambda x=x, c=cos, s=sin, y=y: posemb.apply_rope(x, c, s, out=y),  # type: ignore[misc]
-                          limit=lambda x=x, y=y: _limit("copy", x, y), limit_kind="copy",  # type: ignore[misc]
-                          torch=t_fn, numpy=np_formula))
-        cases.append(Case("rope", "apply_rope (new array)", label,
-                          lambda x=x, c=cos, s=sin: posemb.apply_rope(x, c, s),  # type: ignore[misc]
-                          limit=_fresh_copy(x), limit_kind="copy",
-                          torch=t_fn, numpy=np_formula,
-                          note="limit: a copy into a new array"))
+    t_half = tfn(x, cos, sin)
+    cases.append(Case("rope", "half-split in place", label,
+                      lambda: posemb.apply_rope(xi, cos, sin, out=xi),
+                      limit=_limit("scale", xi), torch=t_half, compile=cfg.compiled(t_half)))
+    y_ort = np.empty_like(x)
+    cases.append(Case("rope", "half-split out=", label,
+                      lambda: posemb.apply_rope(x, cos, sin, out=y),
+                      limit=_limit("copy", x, y), torch=t_half,
+                      ort=ort(x, H, out=y_ort), note="onnxrt: I/O binding into a reused output"))
+    cases.append(Case("rope", "half-split new array", label,
+                      lambda: posemb.apply_rope(x, cos, sin),
+                      limit=_limit("copy", x, fresh=True), torch=t_half, ort=ort(x, H)))
+    t_int = tfn(x, ci, si, True)
+    cases.append(Case("rope", "interleaved in place", label,
+                      lambda: posemb.apply_rope(xi, ci, si, out=xi, interleaved=True),
+                      limit=_limit("scale", xi), torch=t_int, compile=cfg.compiled(t_int)))
+    cases.append(Case("rope", "interleaved out=", label,
+                      lambda: posemb.apply_rope(x, ci, si, out=y, interleaved=True),
+                      limit=_limit("copy", x, y), torch=t_int,
+                      ort=ort(x, H, True, out=y_ort)))
+    # float64: the same bytes as the float32 cases, half the positions
+    S64 = S // 2
+    x64 = rng.standard_normal((1, H, S64, D))
+    c64, s64 = posemb.rope_cos_sin(np.arange(S64), D, dtype=np.float64)
+    cases.append(Case("rope", "float64 in place", f"1x{H}x{S64}x{D}",
+                      lambda: posemb.apply_rope(x64, c64, s64, out=x64),
+                      limit=_limit("scale", x64), torch=tfn(x64, c64, s64)))
+
+    # strided q/k, new output (the form models use): the contiguous column
+    # is posemb on a contiguous array of the same size
+    bshd = np.ascontiguousarray(x.transpose(0, 2, 1, 3))        # (1, S, H, D)
+    q_hf = bshd.transpose(0, 2, 1, 3)                            # HF's view().transpose(1, 2)
+    contig_new = lambda: posemb.apply_rope(x, cos, sin)          # noqa: E731
+    cases.append(Case("rope", "HF transposed q, new array", label,
+                      lambda: posemb.apply_rope(q_hf, cos, sin),
+                      limit=_limit("copy", x, fresh=True), torch=tfn(q_hf, cos, sin),
+                      ort=ort(bshd.reshape(1, S, H * D), H), contig=contig_new,
+                      note="x.view(b,s,h,d).transpose(1,2); onnxrt: (b,s,h*d) input"))
+    q_hf_i = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    cases.append(Case("rope", "HF transposed q, in place", label,
+                      lambda: posemb.apply_rope(q_hf_i, cos, sin, out=q_hf_i),
+                      limit=_limit("scale", q_hf_i.base if q_hf_i.base is not None else q_hf_i),
+                      contig=lambda: posemb.apply_rope(xi, cos, sin, out=xi)))
+    cm, sm = cos[:, None, :], sin[:, None, :]
+    cases.append(Case("rope", "Meta (b,s,h,d), new array", f"1x{S}x{H}x{D}",
+                      lambda: posemb.apply_rope(bshd, cm, sm),
+                      limit=_limit("copy", x, fresh=True), torch=tfn(bshd, cm, sm),
+                      ort=ort(bshd.reshape(1, S, H * D), H), contig=contig_new,
+                      note="tables (s,1,d)"))
+    qkv = rng.standard_normal((1, S, H + 16, D), dtype=np.float32)   # fused q | k, v (8 each)
+    q_sl = qkv[:, :, :H].transpose(0, 2, 1, 3)
+    cases.append(Case("rope", "sliced heads of fused qkv", label,
+                      lambda: posemb.apply_rope(q_sl, cos, sin),
+                      limit=_limit("copy", x, fresh=True), torch=tfn(q_sl, cos, sin),
+                      contig=contig_new, note="qkv.view(b,s,h+16,d)[:, :, :h].transpose(1,2)"))
+    q_neg = x[:, ::-1]
+    cases.append(Case("rope", "negative head stride", label,
+                      lambda: posemb.apply_rope(q_neg, cos, sin),
+                      limit=_limit("copy", x, fresh=True), contig=contig_new,
+                      note="x[:, ::-1]"))
+
+    # float16: the limit is a copy of the same bytes
+    x16 = x.astype(np.float16)
+    x16i = x16.copy()
+    c16, s16 = cos.astype(np.float16), sin.astype(np.float16)
+    t16 = tfn(x16, c16, s16)
+    cases.append(Case("rope", "float16 new array", label,
+                      lambda: posemb.apply_rope(x16, c16, s16),
+                      limit=_limit("copy", x16, fresh=True), torch=t16, compile=cfg.compiled(t16),
+                      ort=ort(x16, H)))
+    cases.append(Case("rope", "float16 in place", label,
+                      lambda: posemb.apply_rope(x16i, c16, s16, out=x16i),
+                      limit=_limit("scale", x16i), torch=t16))
+
+    # small: fits in L2
+    xs = rng.standard_normal((1, H, 128, D), dtype=np.float32)
+    cs, ss = cos[:128], sin[:128]
+    ts = tfn(xs, cs, ss)
+    ys = np.empty_like(xs)
+    cases.append(Case("rope", "small in place", f"1x{H}x128x{D}",
+                      lambda: posemb.apply_rope(xs, cs, ss, out=xs),
+                      limit=_limit("scale", xs), torch=ts, compile=cfg.compiled(ts),
+                      ort=ort(xs, H, out=ys, p=pos[:, :128]), per_call=True, calls=20))
+
     # decode step: one new token per head, table row from the cache
     q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)
     k = rng.standard_normal((1, 8, 1, 128), dtype=np.float32)
     rope = posemb.RoPE(128, 4096)
     cr, sr = rope.cos_sin(offset=1000, seq_len=1)
+    cr, sr = np.array(cr), np.array(sr)
     t_dec = None
     if torch is not None:
         qt, kt = torch.from_numpy(q), torch.from_numpy(k)
-        crt, srt = torch.from_numpy(np.array(cr)), torch.from_numpy(np.array(sr))
+        crt, srt = torch.from_numpy(cr), torch.from_numpy(sr)
+        f = _hf(torch)
 
-        def rh(v):
-            return torch.cat((-v[..., 64:], v[..., :64]), -1)
-
-        def t_dec(qt=qt, kt=kt, c=crt, s=srt):
+        def t_dec() -> Any:
             with torch.no_grad():
-                return qt * c + rh(qt) * s, kt * c + rh(kt) * s
+                return f(qt, crt, srt), f(kt, crt, srt)
+    o_dec = None
+    if cfg.ort:
+        pd = np.array([[1000]], np.int64)
+        oq = ort(q, 32, out=np.empty_like(q), p=pd)
+        ok = ort(k, 8, out=np.empty_like(k), p=pd)
 
+        def o_dec() -> Any:
+            return oq(), ok()        # type: ignore[misc]
+    qk = np.concatenate([q, k], axis=1)
+
+    def copy_qk() -> Any:
+        return q.copy(), k.copy()
+    # limit: the raw gufunc on the same operands, i.e. what the Python API
+    # adds to a call (issue: at most 1.3x for apply_rope, 1.6x for RoPE)
+    raw = Limit("raw gufunc", {"gufunc": lambda: _native.rope_half_fwd(q, cr, sr)})
     cases.append(Case("rope", "decode step apply_rope(q)", "1x32x1x128",
-                      lambda: posemb.apply_rope(q, cr, sr), per_call=True, calls=2000,
-                      note="torch column: the formula on q and k"))
+                      lambda: posemb.apply_rope(q, cr, sr), limit=raw, per_call=True,
+                      calls=2000, note="limit: the raw gufunc call"))
     cases.append(Case("rope", "decode step RoPE(q, offset=)", "1x32x1x128",
-                      lambda: rope(q, offset=1000), per_call=True, calls=2000,
-                      note="the cached module: table rows looked up per call"))
+                      lambda: rope(q, offset=1000), limit=raw, per_call=True, calls=2000,
+                      note="the cached module: table rows looked up per call; "
+                           "limit: the raw gufunc call"))
     cases.append(Case("rope", "decode step q and k", "1x32x1x128 + 1x8x1x128",
                       lambda: (posemb.apply_rope(q, cr, sr), posemb.apply_rope(k, cr, sr)),
-                      torch=t_dec, per_call=True, calls=1000))
+                      limit=Limit("new copy", {"numpy": copy_qk}),
+                      torch=t_dec, ort=o_dec, per_call=True, calls=1000,
+                      note="limit: copies of q and k; onnxrt: I/O binding"))
+    del qk
     return cases
 
 
 # ---------------------------------------------------------------- tables
 
 
-def _fresh_copy(x: np.ndarray) -> Fn:
-    """The limit for an out-of-place kernel returning a new array: a new
-    array, copied into on the pool."""
-    def copy() -> Any:
-        out = np.empty_like(x)
-        _limit("copy", x, out)
-        return out
-    return copy
-
-
-def _fresh_fill(shape: tuple[int, ...]) -> Fn:
-    """The limit for a generated table: a new array, filled on the pool."""
-    def fill() -> Any:
-        out = np.empty(shape, np.float32)
-        _limit("fill", out)
-        return out
-    return fill
-
-
-def _sinusoidal_cases(quick: bool) -> list[Case]:
+def _sinusoidal_cases(cfg: Config) -> list[Case]:
     torch = _torch()
-    n, d = (2048, 1024) if quick else (8192, 1024)
+    n, d = (2048, 1024) if cfg.quick else (8192, 1024)
 
     def np_formula() -> np.ndarray:   # the seed tutorial's formula, float64 NumPy
         i = np.arange(d // 2)
@@ -230,30 +502,30 @@ def _sinusoidal_cases(quick: bool) -> list[Case]:
     table = np.empty((n, d), np.float32)
     return [
         Case("sinusoidal", "sinusoidal table (float64-exact)", f"{n}x{d}",
-             lambda: posemb.sinusoidal(n, d), limit=_fresh_fill((n, d)), limit_kind="fill",
+             lambda: posemb.sinusoidal(n, d), limit=_limit("fill", shape=(n, d)),
              torch=t_fn, numpy=np_formula,
              note="torch/numpy: the seed's formula in float32/float64"),
         Case("sinusoidal", "sinusoidal(out=) (reused)", f"{n}x{d}",
              lambda: posemb.sinusoidal(n, d, out=table),
-             limit=lambda: _limit("fill", table), limit_kind="fill",
+             limit=_limit("fill", table),
              torch=t_fn, numpy=np_formula,
              note="limit: filling the same reused buffer"),
         Case("sinusoidal", "add_sinusoidal out=", "8x512x1024",
              lambda: posemb.add_sinusoidal(x, out=y),
-             limit=lambda: _limit("copy", x, y), limit_kind="copy",
+             limit=_limit("copy", x, y),
              torch=t_add, numpy=lambda: x + pe512,
              note="makes the table each call; torch/numpy: x + a precomputed table"),
         Case("sinusoidal", "AbsolutePE(x, out=) (cached)", "8x512x1024",
              lambda: absolute(x, out=y),
-             limit=lambda: _limit("copy", x, y), limit_kind="copy",
+             limit=_limit("copy", x, y),
              torch=t_add, numpy=lambda: x + pe512,
              note="torch/numpy: x + a precomputed table"),
     ]
 
 
-def _learned_cases(quick: bool) -> list[Case]:
+def _learned_cases(cfg: Config) -> list[Case]:
     torch = _torch()
-    b, s, d, m = (2, 2048, 1024, 2048) if quick else (8, 2048, 1024, 2048)
+    b, s, d, m = (2, 2048, 1024, 2048) if cfg.quick else (8, 2048, 1024, 2048)
     rng = np.random.default_rng(3)
     g = rng.standard_normal((b, s, d), dtype=np.float32)
     pos = rng.integers(0, m, (b, s))
@@ -287,12 +559,12 @@ def _learned_cases(quick: bool) -> list[Case]:
     return [
         Case("learned", "learned_pe_backward", f"{b}x{s} tokens, width {d}",
              lambda: posemb.learned_pe_backward(g, pos, num_positions=m),
-             limit=lambda: _limit("read", g), limit_kind="read",
-             torch=t_fn, numpy=np_add_at,
+             limit=_limit("read", g),
+             torch=t_fn, compile=cfg.compiled(t_fn), numpy=np_add_at,
              note="torch: zeros + index_add_; numpy: np.add.at"),
         Case("learned", "learned_pe_forward out=", f"{b}x{s}x{d}",
              lambda: posemb.learned_pe_forward(g, w, pos[:, :], out=y),
-             limit=lambda: _limit("copy", g, y), limit_kind="copy",
+             limit=_limit("copy", g, y),
              torch=t_fwd, numpy=lambda: g + w[pos],
              note="torch: x + nn.Embedding(positions)"),
     ]
@@ -312,9 +584,9 @@ def _hf_t5_bucket(torch: Any, rp: Any, num_buckets: int = 32, max_distance: int 
     return buckets + torch.where(is_small, rp, large)
 
 
-def _bias_cases(quick: bool) -> list[Case]:
+def _bias_cases(cfg: Config) -> list[Case]:
     torch = _torch()
-    heads, L = (12, 1024) if quick else (12, 2048)
+    heads, L = (12, 1024) if cfg.quick else (12, 2048)
     rng = np.random.default_rng(4)
     table = rng.standard_normal((32, heads)).astype(np.float32)
     slopes = posemb.alibi_slopes(heads)
@@ -344,18 +616,18 @@ def _bias_cases(quick: bool) -> list[Case]:
     buf = np.empty((heads, L, L), np.float32)
     return [
         Case("bias", "t5_relative_bias", shape, lambda: posemb.t5_relative_bias(table, L, L),
-             limit=_fresh_fill((heads, L, L)), limit_kind="fill", torch=t_t5,
+             limit=_limit("fill", shape=(heads, L, L)), torch=t_t5,
              note="torch: HF compute_bias (+ .contiguous())"),
         Case("bias", "alibi_bias", shape, lambda: posemb.alibi_bias(slopes, L, L),
-             limit=_fresh_fill((heads, L, L)), limit_kind="fill", torch=t_alibi,
+             limit=_limit("fill", shape=(heads, L, L)), torch=t_alibi,
              numpy=np_alibi, note="torch/numpy: -m_h * (i - j)"),
         Case("bias", "t5_relative_bias out= (reused)", shape,
              lambda: posemb.t5_relative_bias(table, L, L, out=buf),
-             limit=lambda: _limit("fill", buf), limit_kind="fill", torch=t_t5,
+             limit=_limit("fill", buf), torch=t_t5,
              note="limit: filling the same reused buffer"),
         Case("bias", "alibi_bias out= (reused)", shape,
              lambda: posemb.alibi_bias(slopes, L, L, out=buf),
-             limit=lambda: _limit("fill", buf), limit_kind="fill", torch=t_alibi,
+             limit=_limit("fill", buf), torch=t_alibi,
              numpy=np_alibi),
     ]
 
@@ -363,23 +635,23 @@ def _bias_cases(quick: bool) -> list[Case]:
 # ---------------------------------------------------------------- torch adapter
 
 
-def _torch_cases(quick: bool) -> list[Case]:
-    """posemb.torch forward + backward against the PyTorch formulas' autograd."""
+def _torch_cases(cfg: Config) -> list[Case]:
+    """posemb.torch against the PyTorch formulas (autograd, bfloat16, decode,
+    a whole attention step)."""
     torch = _torch()
     if torch is None:
         return []
     import posemb.torch as pt
 
     rows = []
+    quick = cfg.quick
     b, hq, hk, s, d = (1, 32, 8, 1024, 128) if quick else (1, 32, 8, 4096, 128)
     gen = torch.Generator().manual_seed(5)
     q = torch.randn(b, hq, s, d, generator=gen, requires_grad=True)
     k = torch.randn(b, hk, s, d, generator=gen, requires_grad=True)
     gq, gk = torch.randn(b, hq, s, d, generator=gen), torch.randn(b, hk, s, d, generator=gen)
     cos, sin = pt.RotaryEmbedding(dim=d, max_position_embeddings=s)(q, torch.arange(s)[None])
-
-    def rh(x: Any) -> Any:
-        return torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1)
+    hf = _hf(torch)
 
     def rope_posemb() -> Any:
         qe, ke = pt.apply_rotary_pos_emb(q, k, cos, sin)
@@ -387,11 +659,47 @@ def _torch_cases(quick: bool) -> list[Case]:
 
     def rope_torch() -> Any:
         c, s_ = cos.unsqueeze(1), sin.unsqueeze(1)
-        torch.autograd.backward((q * c + rh(q) * s_, k * c + rh(k) * s_), (gq, gk))
+        torch.autograd.backward((hf(q, c, s_), hf(k, c, s_)), (gq, gk))
 
     rows.append(Case("torch", "apply_rotary_pos_emb fwd+bwd", f"{b}x{hq}|{hk}x{s}x{d}",
-                     rope_posemb, torch=rope_torch,
+                     rope_posemb, torch=rope_torch, compile=cfg.compiled(rope_torch),
                      note="torch: HF x*cos + rotate_half(x)*sin, autograd"))
+
+    # bfloat16 forward (no gradient needed): computed in float32, rounded once
+    qb, kb = q.detach().to(torch.bfloat16), k.detach().to(torch.bfloat16)
+    cb, sb = cos.to(torch.bfloat16), sin.to(torch.bfloat16)
+
+    def bf_torch() -> Any:
+        c, s_ = cb.unsqueeze(1), sb.unsqueeze(1)
+        return hf(qb, c, s_), hf(kb, c, s_)
+
+    rows.append(Case("torch", "apply_rotary_pos_emb bfloat16", f"{b}x{hq}|{hk}x{s}x{d}",
+                     lambda: pt.apply_rotary_pos_emb(qb, kb, cb, sb), torch=bf_torch,
+                     compile=cfg.compiled(bf_torch), note="no input requires grad"))
+
+    # decode: one token, q and k, under no_grad; limit: posemb's NumPy call
+    qd = torch.randn(1, hq, 1, d, generator=gen)
+    kd = torch.randn(1, hk, 1, d, generator=gen)
+    cd, sd = pt.RotaryEmbedding(dim=d, max_position_embeddings=4096)(qd, torch.tensor([[1000]]))
+    qn, kn = qd.numpy(), kd.numpy()
+    cn, sn = cd.unsqueeze(1).numpy(), sd.unsqueeze(1).numpy()
+
+    def dec_posemb() -> Any:
+        with torch.no_grad():
+            return pt.apply_rotary_pos_emb(qd, kd, cd, sd)
+
+    def dec_torch() -> Any:
+        with torch.no_grad():
+            c, s_ = cd.unsqueeze(1), sd.unsqueeze(1)
+            return hf(qd, c, s_), hf(kd, c, s_)
+
+    rows.append(Case("torch", "decode apply_rotary_pos_emb", f"1x{hq}|{hk}x1x{d}",
+                     dec_posemb, torch=dec_torch,
+                     limit=Limit("posemb numpy", {
+                         "numpy": lambda: (posemb.apply_rope(qn, cn, sn),
+                                           posemb.apply_rope(kn, cn, sn))}),
+                     per_call=True, calls=500,
+                     note="torch.no_grad(); limit: posemb.apply_rope on the arrays"))
 
     bs, seq, width, m = (4, 1024, 768, 2048) if quick else (8, 2048, 768, 2048)
     pe = pt.LearnedPositionalEmbedding(m, width)
@@ -420,10 +728,48 @@ def _torch_cases(quick: bool) -> list[Case]:
     rows.append(Case("torch", "t5_relative_bias fwd+bwd", f"{heads}x{L}x{L}",
                      lambda: pt.t5_relative_bias(table, L, L).backward(gb), torch=t5_torch,
                      note="torch: HF compute_bias, autograd to the table"))
+    rows.append(_attention_step(cfg, torch, pt))
     return rows
 
 
-FAMILIES: dict[str, Callable[[bool], list[Case]]] = {
+def _attention_step(cfg: Config, torch: Any, pt: Any) -> Case:
+    """A small Llama-style attention block, forward + backward: q/k/v
+    projections, HF's view().transpose(1, 2), RoPE, causal grouped-query
+    scaled_dot_product_attention, output projection.  posemb: RoPE by
+    posemb.torch.apply_rotary_pos_emb; torch: HF's formula; all else alike."""
+    b, s, hidden, nq, nkv = (1, 256, 512, 8, 2) if cfg.quick else (1, 1024, 1024, 16, 4)
+    hd = hidden // nq
+    gen = torch.Generator().manual_seed(7)
+    w = [torch.nn.Parameter(torch.randn(o, hidden, generator=gen) * hidden ** -0.5)
+         for o in (nq * hd, nkv * hd, nkv * hd, hidden)]
+    wo = torch.nn.Parameter(torch.randn(hidden, nq * hd, generator=gen) * hidden ** -0.5)
+    x = torch.randn(b, s, hidden, generator=gen, requires_grad=True)
+    gy = torch.randn(b, s, hidden, generator=gen)
+    cos, sin = pt.RotaryEmbedding(dim=hd, max_position_embeddings=s)(x, torch.arange(s)[None])
+    hf = _hf(torch)
+    F = torch.nn.functional
+
+    def step(rope: Callable[[Any, Any], Any]) -> Fn:
+        def run() -> Any:
+            q = F.linear(x, w[0]).view(b, s, nq, hd).transpose(1, 2)
+            k = F.linear(x, w[1]).view(b, s, nkv, hd).transpose(1, 2)
+            v = F.linear(x, w[2]).view(b, s, nkv, hd).transpose(1, 2)
+            q, k = rope(q, k)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            F.linear(o.transpose(1, 2).reshape(b, s, nq * hd), wo).backward(gy)
+        return run
+
+    def hf_rope(q: Any, k: Any) -> Any:
+        c, s_ = cos.unsqueeze(1), sin.unsqueeze(1)
+        return hf(q, c, s_), hf(k, c, s_)
+
+    return Case("torch", "Llama attention fwd+bwd (end to end)",
+                f"{b}x{s}x{hidden}, {nq}|{nkv} heads",
+                step(lambda q, k: pt.apply_rotary_pos_emb(q, k, cos, sin)), torch=step(hf_rope),
+                note="whole step; only RoPE differs")
+
+
+FAMILIES: dict[str, Callable[[Config], list[Case]]] = {
     "rope": _rope_cases,
     "sinusoidal": _sinusoidal_cases,
     "learned": _learned_cases,
@@ -433,66 +779,129 @@ FAMILIES: dict[str, Callable[[bool], list[Case]]] = {
 
 
 def _thread_scaling(repeat: int) -> dict[str, Any]:
-    """Large in-place RoPE with 1 thread vs all threads."""
-    x = np.random.default_rng(1).standard_normal((1, 32, 4096, 128), dtype=np.float32)
-    cos, sin = posemb.rope_cos_sin(np.arange(4096), 128)
+    """In-place RoPE with 1 thread vs all threads, over sizes from 4 KiB to
+    4x the last-level cache: the pool must never make a call slower."""
+    cfg = _cfg()
     old = posemb.get_num_threads()
     n = max(old, 2)
-
-    def with_threads(k: int) -> Fn:
-        def fn() -> Any:
-            posemb.set_num_threads(k)
-            return posemb.apply_rope(x, cos, sin, out=x)
-        return fn
-
+    cos, sin = posemb.rope_cos_sin(np.arange(cfg.big_seq(32, 128, 4, 1) if not cfg.quick
+                                             else 2048), 128)
+    sizes = []
+    seq = 1
+    big = 1 if cfg.quick else 4
+    while True:
+        heads = 8 if seq == 1 else 32
+        sizes.append((heads, seq))
+        if heads * seq * 128 * 4 >= big * cfg.llc or seq >= cos.shape[0]:
+            break
+        seq = min(seq * 4, cos.shape[0])
+    steps: list[dict[str, Any]] = []
     try:
-        t1, tn = median_times([with_threads(1), with_threads(n)], repeat)
+        for heads, seq in sizes:
+            x = np.random.default_rng(1).standard_normal((1, heads, seq, 128), dtype=np.float32)
+            c, s = cos[:seq], sin[:seq]
+
+            def with_threads(k: int, x: Any = x, c: Any = c, s: Any = s) -> Fn:
+                def fn() -> Any:
+                    posemb.set_num_threads(k)
+                    return posemb.apply_rope(x, c, s, out=x)
+                return fn
+            calls = max(1, min(1000, (1 << 22) // x.nbytes))
+            t1, tn = median_times([with_threads(1), with_threads(n)],
+                                  max(3, repeat), calls=calls)
+            steps.append({"shape": f"1x{heads}x{seq}x128", "bytes": x.nbytes,
+                          "t1_s": float(t1), "tn_s": float(tn), "speedup": t1 / tn})
         n = posemb.set_num_threads(n)
     finally:
         posemb.set_num_threads(old)
-    return {"shape": "1x32x4096x128", "t1_ms": t1 * 1e3, "threads": n,
-            "tn_ms": tn * 1e3, "speedup": t1 / tn}
+    last = steps[-1]
+    t1_last, tn_last = float(last["t1_s"]), float(last["tn_s"])
+    return {"shape": last["shape"], "t1_ms": t1_last * 1e3, "threads": n,
+            "tn_ms": tn_last * 1e3, "speedup": t1_last / tn_last, "sizes": steps}
 
 
-def run(families: list[str], quick: bool, repeat: int) -> dict[str, Any]:
+def _have_compiler() -> bool:
+    return bool(shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+                or shutil.which("clang++"))
+
+
+def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None = None,
+        ort: bool | None = None) -> dict[str, Any]:
+    """Time every case of `families`; `compile`/`ort` add the torch.compile
+    and ONNX Runtime columns (default: ONNX Runtime when installed;
+    torch.compile when a C++ compiler is present and not `quick`)."""
+    global CFG
     torch = _torch()
     threads = posemb.get_num_threads()
     if torch is not None:
         torch.set_num_threads(threads)
+    llc, llc_src = llc_bytes()
+    if compile is None:
+        compile = not quick and _have_compiler()
+    if ort is None:
+        ort = _bench_ort.available()
+    stream = _bench_stream.load()
+    CFG = Config(quick, threads, llc, bool(compile and torch is not None), bool(ort), stream)
     rows = []
     for fam in families:
-        for case in FAMILIES[fam](quick):
+        for case in FAMILIES[fam](CFG):
             reps = repeat if not case.per_call else max(3, repeat // 3)
             calls = case.calls if case.per_call else 1
             row: dict[str, Any] = {"family": case.family, "kernel": case.name,
                                    "shape": case.shape, "note": case.note}
-            keys = ["posemb_s", "limit_s", "torch_s", "numpy_s"]
-            fns = [case.posemb, case.limit, case.torch, case.numpy]
-            timed = median_times([f for f in fns if f is not None], reps, calls)
-            for key, fn in zip(keys, fns):
-                row[key] = timed.pop(0) if fn is not None else None
-            row["limit_kind"] = case.limit_kind
+            fns: list[tuple[str, Fn]] = [("posemb", case.posemb)]
+            lim = case.limit.fns if case.limit else {}
+            fns += [(f"limit:{k}", f) for k, f in lim.items()]
+            fns += [(c, getattr(case, c)) for c in COLUMNS if getattr(case, c) is not None]
+            timed = dict(zip([k for k, _ in fns],
+                             median_times([f for _, f in fns], reps, calls)))
+            row["posemb_s"] = timed["posemb"]
+            if lim:
+                best = min(lim, key=lambda k: timed[f"limit:{k}"])
+                row["limit_s"] = timed[f"limit:{best}"]
+                row["limit_variant"] = best
+                row["limit_variants_s"] = {k: timed[f"limit:{k}"] for k in lim}
+            else:
+                row["limit_s"] = None
+            row["limit_kind"] = case.limit.kind if case.limit else ""
             row["posemb_over_limit"] = (row["posemb_s"] / row["limit_s"]
                                         if row["limit_s"] else None)
-            row["torch_over_posemb"] = (row["torch_s"] / row["posemb_s"]
-                                        if row["torch_s"] else None)
-            row["numpy_over_posemb"] = (row["numpy_s"] / row["posemb_s"]
-                                        if row["numpy_s"] else None)
+            for c in COLUMNS:
+                row[f"{c}_s"] = timed.get(c)
+                if c == "contig":
+                    row["posemb_over_contig"] = (row["posemb_s"] / row["contig_s"]
+                                                 if row["contig_s"] else None)
+                else:
+                    row[f"{c}_over_posemb"] = (row[f"{c}_s"] / row["posemb_s"]
+                                               if row[f"{c}_s"] else None)
             row.update(case.extra)
             rows.append(row)
     result = {
         "posemb": posemb.__version__,
         "numpy": np.__version__,
         "torch": getattr(torch, "__version__", None),
+        "onnxruntime": _ort_version() if ort else None,
         "threads": threads,
         "machine": platform.machine(),
         "python": platform.python_version(),
+        "llc_bytes": llc,
+        "llc_source": llc_src,
+        "stream_level": stream.level if stream else None,
+        "compile": CFG.compile,
         "repeat": repeat,
         "rows": rows,
     }
     if "rope" in families:
         result["thread_scaling"] = _thread_scaling(max(3, repeat // 2))
     return result
+
+
+def _ort_version() -> str | None:
+    try:
+        import onnxruntime  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return str(onnxruntime.__version__)
 
 
 def _fmt_time(s: float | None, per_call: bool) -> str:
@@ -506,12 +915,17 @@ def _fmt_ratio(r: float | None) -> str:
 
 
 def format_table(result: dict[str, Any]) -> str:
+    llc = result.get("llc_bytes") or 0
     lines = [f"posemb {result['posemb']} bench: numpy {result['numpy']}, "
-             f"torch {result['torch'] or 'not installed'}, {result['threads']} thread(s), "
-             f"median of {result['repeat']} runs in interleaved rounds"]
-    head = (f"{'kernel':30s} {'shape':24s} {'posemb':>10s} {'limit':>16s} "
-            f"{'posemb/limit':>12s} {'torch':>10s} {'torch/posemb':>12s} "
-            f"{'numpy':>10s} {'numpy/posemb':>12s}")
+             f"torch {result['torch'] or 'not installed'}"
+             f"{' (+compile)' if result.get('compile') else ''}, "
+             f"onnxruntime {result.get('onnxruntime') or '-'}, {result['threads']} thread(s), "
+             f"median of {result['repeat']} runs in interleaved rounds",
+             f"last-level cache: {llc / 2**20:.1f} MiB ({result.get('llc_source')}); "
+             f"limit: the fastest of NumPy and C passes ({result.get('stream_level') or 'none'})"]
+    head = (f"{'kernel':36s} {'shape':22s} {'posemb':>10s} {'limit':>19s} {'p/limit':>8s}"
+            + "".join(f" {t:>10s} {('p/' if c == 'contig' else '/p'):>6s}"
+                      for c, t in COLUMNS.items()))
     fam = None
     for r in result["rows"]:
         if r["family"] != fam:
@@ -519,17 +933,24 @@ def format_table(result: dict[str, Any]) -> str:
             lines += ["", f"[{fam}]", head]
         per = r["posemb_s"] < 1e-4
         lim = (f"{_fmt_time(r['limit_s'], per)} {r['limit_kind']}" if r["limit_s"] else "-")
+        cols = ""
+        for c in COLUMNS:
+            ratio = r["posemb_over_contig"] if c == "contig" else r[f"{c}_over_posemb"]
+            cols += f" {_fmt_time(r[f'{c}_s'], per):>10s} {_fmt_ratio(ratio):>6s}"
         lines.append(
-            f"{r['kernel']:30s} {r['shape']:24s} {_fmt_time(r['posemb_s'], per):>10s} "
-            f"{lim:>16s} {_fmt_ratio(r['posemb_over_limit']):>12s} "
-            f"{_fmt_time(r['torch_s'], per):>10s} {_fmt_ratio(r['torch_over_posemb']):>12s} "
-            f"{_fmt_time(r['numpy_s'], per):>10s} {_fmt_ratio(r['numpy_over_posemb']):>12s}"
+            f"{r['kernel']:36s} {r['shape']:22s} {_fmt_time(r['posemb_s'], per):>10s} "
+            f"{lim:>19s} {_fmt_ratio(r['posemb_over_limit']):>8s}{cols}"
             + (f"  ({r['note']})" if r["note"] else ""))
+    lines += ["", "x/p: that column's time over posemb's (above 1: posemb is faster); "
+                  "p/contig: posemb here over posemb on the contiguous layout"]
     sc = result.get("thread_scaling")
     if sc:
-        lines += ["", f"thread scaling, in-place RoPE {sc['shape']}: 1 thread "
-                      f"{sc['t1_ms']:.3f}ms, {sc['threads']} threads {sc['tn_ms']:.3f}ms, "
-                      f"speedup {sc['speedup']:.2f}x"]
+        lines += ["", f"thread scaling, in-place RoPE, 1 vs {sc['threads']} threads:"]
+        for st in sc.get("sizes", []):
+            lines.append(f"  {st['shape']:18s} {st['bytes'] / 1024:>10.0f} KiB  "
+                         f"1 thread {_fmt_time(st['t1_s'], False):>10s}  "
+                         f"{sc['threads']} threads {_fmt_time(st['tn_s'], False):>10s}  "
+                         f"speedup {st['speedup']:.2f}x")
     return "\n".join(lines)
 
 
@@ -545,7 +966,8 @@ def _positive_int(text: str) -> int:
 
 
 def bench(families: str | Sequence[str] | None = None, *, quick: bool = False,
-          repeat: int = 15, threads: int | None = None, show: bool = True) -> dict[str, Any]:
+          repeat: int = 15, threads: int | None = None, show: bool = True,
+          compile: bool | None = None, ort: bool | None = None) -> dict[str, Any]:
     """Time posemb against the PyTorch formula, the NumPy formula and this
     machine's memory limit: what ``python -m posemb bench`` prints.
 
@@ -562,13 +984,19 @@ def bench(families: str | Sequence[str] | None = None, *, quick: bool = False,
         posemb's (and torch's) thread count for the run; restored afterwards.
     show : bool
         Print the table.
+    compile, ort : bool, optional
+        Add the ``torch.compile`` column (default: when a C++ compiler is
+        present and not ``quick``) and ONNX Runtime's (default: when
+        ``onnxruntime`` is installed).
 
     Returns
     -------
     dict
-        Versions, thread count and one row per kernel: ``posemb_s``,
-        ``limit_s``, ``torch_s``, ``numpy_s`` (median seconds, None where not
-        measured) and their ratios.
+        Versions, thread count, the last-level cache size the large cases
+        were sized from (``llc_bytes``) and one row per kernel: ``posemb_s``,
+        ``limit_s``, ``torch_s``, ``compile_s``, ``ort_s``, ``numpy_s``,
+        ``contig_s`` (median seconds, None where not measured) and their
+        ratios.
 
     Examples
     --------
@@ -591,7 +1019,7 @@ def bench(families: str | Sequence[str] | None = None, *, quick: bool = False,
     try:
         if threads is not None:
             posemb.set_num_threads(threads)
-        result = run(fams, quick, max(repeat, 3))
+        result = run(fams, quick, max(repeat, 3), compile=compile, ort=ort)
     finally:
         posemb.set_num_threads(old)
     if show:
@@ -606,18 +1034,26 @@ def _plain(doc: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posemb bench",
-                                     description=_plain(__doc__ or ""))
+                                     description=_plain(__doc__ or ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
                         help="only these kernel families (repeatable; default all)")
     parser.add_argument("--repeat", type=_positive_int, default=15,
                         help="runs per median (default 15)")
-    parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer cases")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller shapes (not sized from the cache), no torch.compile")
     parser.add_argument("--threads", type=_positive_int,
                         help="posemb (and torch) thread count, >= 1")
+    parser.add_argument("--compile", dest="compile", action="store_true", default=None,
+                        help="torch.compile columns (default: when a C++ compiler is "
+                             "present and not --quick)")
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--no-ort", dest="ort", action="store_false", default=None,
+                        help="leave out ONNX Runtime's column")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     result = bench(args.family, quick=args.quick, repeat=args.repeat, threads=args.threads,
-                   show=not args.json)
+                   show=not args.json, compile=args.compile, ort=args.ort)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()

@@ -10,6 +10,10 @@ rope_half_fwd: np.ufunc
 rope_half_back: np.ufunc
 rope_inter_fwd: np.ufunc
 rope_inter_back: np.ufunc
+rope_bf16_half_fwd: np.ufunc
+rope_bf16_half_back: np.ufunc
+rope_bf16_inter_fwd: np.ufunc
+rope_bf16_inter_back: np.ufunc
 rotate_half: np.ufunc
 learned_pe_fwd: np.ufunc
 sinusoidal_add_rows: np.ufunc

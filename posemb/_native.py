@@ -6,7 +6,9 @@ one place.  The extension provides, by family:
 
 * RoPE: the gufuncs ``rope_half_fwd``, ``rope_half_back``, ``rope_inter_fwd``,
   ``rope_inter_back`` (``(h,s,d),(s,r),(s,r)->(h,s,d)``: heads x positions
-  blocked in C) and ``rotate_half``; the table filler ``_rope_table``; the
+  blocked in C), the same four on bfloat16 bit patterns (uint16)
+  ``rope_bf16_{half,inter}_{fwd,back}``, and ``rotate_half``; the table
+  filler ``_rope_table``; the
   packed-sequence kernel ``_rope_varlen``;
 * sinusoidal: ``sinusoidal_add_rows`` (``(s,d),(s,d)->(s,d)``) and
   ``_sinusoidal_table``;

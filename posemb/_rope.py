@@ -13,6 +13,7 @@ Conventions (Su et al., "RoFormer", arXiv:2104.09864; Hugging Face
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -51,9 +52,11 @@ _ND = np.ndarray
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
-def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> Any:
+def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
+           ufuncs: tuple[Any, ...] = _UFUNCS) -> Any:
     """Rotate x (..., d) by tables (..., r) broadcasting against it, through
-    the gufunc of `kind`, whose core is a (heads, positions, features) grid.
+    the gufunc of `kind` in `ufuncs` (_UFUNCS, or _BF16_UFUNCS for bfloat16
+    bit patterns), whose core is a (heads, positions, features) grid.
 
     x is seen as that grid without copying: positions are its axis -2 when
     the tables vary along it, heads its axis -3 when they do not (or axis -2
@@ -73,8 +76,11 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> 
         except ValueError:
             _explain_failure(x, cos, sin, None, name)
             raise
-        out = _checks.out_operand(out, lead + (xs[-1],))
-    uf = _UFUNCS[kind]
+        if ufuncs is _UFUNCS:
+            out = _checks.out_operand(out, lead + (xs[-1],))
+        else:    # bfloat16 bits (uint16): the same checks, on a float16 view
+            _checks.out_operand(out.view(np.float16), lead + (xs[-1],))
+    uf = ufuncs[kind]
     nx, nt = len(xs) - 1, len(cs) - 1
     try:
         if type(x) is np.ndarray and cs == sin.shape and nx >= 1:
@@ -122,6 +128,61 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x") -> 
     except (ValueError, TypeError):
         _explain_failure(x, cos, sin, out, name)
         raise
+
+
+_BF16_UFUNCS = (_core.rope_bf16_half_fwd, _core.rope_bf16_half_back,
+                _core.rope_bf16_inter_fwd, _core.rope_bf16_inter_back)
+
+
+def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """Rotary kernel `kind` on bfloat16 values held as uint16 bit patterns
+    (views of torch bfloat16 tensors or ml_dtypes arrays): computed in
+    float32, rounded once to nearest even, through the bfloat16 gufuncs
+    (h,s,d),(s,r),(s,r)->(h,s,d) laid out by _apply.  Returns a new uint16
+    array, or out."""
+    r, d = cos.shape[-1], x.shape[-1]
+    if sin.shape[-1] != r:
+        raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
+    if r > d:
+        raise ValueError(f"cos/sin width ({r}) must not exceed x's last axis ({d})")
+    if r % 2:
+        cos, sin = cos[..., :r - 1], sin[..., :r - 1]
+    result: np.ndarray = _apply(kind, x, cos, sin, out, "x", _BF16_UFUNCS)
+    return result
+
+
+def _is_bf16(a: Any) -> bool:
+    """An ml_dtypes bfloat16 ndarray?"""
+    return type(a) is np.ndarray and a.dtype.name == "bfloat16" and a.dtype.itemsize == 2
+
+
+_BF16_KEYWORDS = frozenset({"interleaved", "seq_axis", "out"})
+
+
+def _bf16_kernel(backward: bool) -> Any:
+    """Outermost wrapper of apply_rope / apply_rope_backward: bfloat16 x with
+    bfloat16 tables (and no out, or a bfloat16 out) goes through the
+    bfloat16 kernels in one pass -- float32 maths, rounded once, the bits
+    of accepts_bfloat16's float32 round trip without its three extra
+    passes; anything else goes on to the wrapped function unchanged."""
+    def deco(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if len(args) == 3 and _is_bf16(args[0]) and kwargs.keys() <= _BF16_KEYWORDS:
+                x, cos, sin = args
+                out = kwargs.get("out")
+                if (_is_bf16(cos) and _is_bf16(sin) and x.ndim and cos.ndim and sin.ndim
+                        and (out is None or (_is_bf16(out) and out.flags.writeable))):
+                    cos, sin = _tables_along(x, cos, sin, kwargs.get("seq_axis"))
+                    u16 = np.dtype(np.uint16)
+                    kind = _kind(kwargs.get("interleaved", False), backward)
+                    y = _run_bf16_bits(kind, x.view(u16), cos.view(u16), sin.view(u16),
+                                       None if out is None else out.view(u16))
+                    return out if out is not None else y.view(x.dtype)
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco
 
 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, scaling: Any = None,
@@ -286,6 +347,15 @@ def rope_cos_sin(positions: Any, dim: int, base: float = 10000.0, *,
     pos = _checks.positions_array(positions, row_bytes=2 * width * dt.itemsize + 8)
     if seq_len is None and pos.size:
         seq_len = int(_checks.unique_view(pos).max()) + 1
+    if pos.size == 0:
+        # no rows: no (dim // 2,) frequencies either (dim may be 2**31)
+        _checks.positive_float(base, "base")
+        normalize_scaling(scaling)
+        _checks.flag(interleaved, "interleaved")
+        if precision != "exact":
+            from . import _rope_precision
+            _rope_precision.check_precision(precision)
+        return np.empty(pos.shape + (width,), dt), np.empty(pos.shape + (width,), dt)
     if precision != "exact":
         from . import _rope_precision
         _rope_precision.check_precision(precision)
@@ -410,20 +480,23 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
-    # a decode step is call overhead: operands with nothing to check that
-    # NumPy does not (plain native float ndarrays of one dtype, x (..., h, s, d)
-    # not broadcast, tables (s, r) with r even and <= d) go straight to the gufunc
+    # a decode step is call overhead: plain native float ndarrays of one
+    # dtype, x (..., h, s, d) and tables (s, r) with r even, go straight to the
+    # gufunc; whatever it refuses (shapes, r > d, a result too large to
+    # allocate) takes the long road below, which names the argument
     if (out is None and seq_axis is None and type(x) is _ND and type(cos) is _ND
-            and type(sin) is _ND):
-        dt, xs, cs = x.dtype, x.shape, cos.shape
+            and type(sin) is _ND and (interleaved is False or interleaved is True)):
+        dt, cs = x.dtype, cos.shape
         if ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
-                and len(xs) >= 3 and len(cs) == 2 and cs == sin.shape and cs[0] == xs[-2]
-                and not cs[1] & 1 and cs[1] <= xs[-1] and 0 not in x.strides):
-            if interleaved is False or interleaved is True:
+                and len(cs) == 2 and cs == sin.shape and not cs[1] & 1 and x.ndim >= 3):
+            try:
                 return _FAST_FWD[interleaved](x, cos, sin)
+            except (ValueError, MemoryError):
+                pass
     return _apply_rope_any(x, cos, sin, interleaved=interleaved, seq_axis=seq_axis, out=out)
 
 
+@_bf16_kernel(backward=False)
 @accepts_bfloat16("x", "cos", "sin")
 def _apply_rope_any(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                     seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
@@ -433,6 +506,7 @@ def _apply_rope_any(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     return _apply(_kind(interleaved, False), x, cos, sin, out)
 
 
+@_bf16_kernel(backward=True)
 @accepts_bfloat16("grad", "cos", "sin")
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                         seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:

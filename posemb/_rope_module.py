@@ -16,6 +16,8 @@ import numpy as np
 from . import _checks
 from ._bfloat16 import accepts_bfloat16
 from ._rope import _F16, _F32, _F64, _FAST_FWD, _apply, _kind, _seq_axis, _tables
+
+_NO_TABLES = ((), ())
 from ._conventions import rope_convention
 from ._rope_scaling import (_get, frequency_regime, layer_rope_parameters, normalize_scaling,
                             rope_scaling_parameters)
@@ -379,13 +381,15 @@ class RoPE:
             # a decode step: the cached rows offset .. offset+seq straight to
             # the gufunc (what the long road below does, without its checks)
             dt, xs = x.dtype, x.shape
-            if ((dt is _F32 or dt is _F64 or dt is _F16) and len(xs) >= 3
-                    and xs[-1] == self.head_size and 0 not in x.strides):
-                tables = self._cache.get((dt, None))
+            if (dt is _F32 or dt is _F64 or dt is _F16) and len(xs) >= 3 \
+                    and xs[-1] == self.head_size:
+                cos, sin = self._cache.get((dt, None), _NO_TABLES)
                 stop = offset + xs[-2]
-                if tables is not None and tables[0].shape[0] >= stop:
-                    return _FAST_FWD[self.interleaved](x, tables[0][offset:stop],
-                                                       tables[1][offset:stop])
+                if len(cos) >= stop:
+                    try:
+                        return _FAST_FWD[self.interleaved](x, cos[offset:stop], sin[offset:stop])
+                    except MemoryError:    # a broadcast x: the long road names it
+                        pass
         return self._call_any(x, positions, offset=offset, seq_axis=seq_axis, out=out)
 
     @accepts_bfloat16("x")
@@ -396,6 +400,8 @@ class RoPE:
         if seq_axis is not None and _seq_axis(seq_axis, len(x.shape)) != len(x.shape) - 2:
             return self._along(self.__call__, x, positions, offset, out, seq_axis, "x")
         cos, sin = self._tables_for(x, positions, offset, "x")
+        if type(x) is np.ndarray and 0 in x.strides:   # a broadcast x: can its result be?
+            _checks.check_result(x.shape, x.dtype, "x")
         return _apply(_kind(self.interleaved, False), x, cos, sin, out)
 
     forward = __call__

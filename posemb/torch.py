@@ -53,6 +53,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
         "(the rest of posemb works without it)") from e
 
 import posemb
+from posemb import _rope as _rope_bits
 
 __all__ = [
     "apply_rope",
@@ -85,6 +86,8 @@ def _check(t: Any, name: str, *, floating: bool = True) -> torch.Tensor:
     """A CPU, strided tensor (of a float dtype when ``floating``)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_cpu and t.layout == torch.strided and (not floating or t.dtype in _FLOATS):
+        return t           # (the common case, in few attribute reads: decode steps)
     if t.device.type != "cpu":
         raise TypeError(
             f"posemb is a CPU library: {name} is on device '{t.device}'. Move it with "
@@ -163,22 +166,68 @@ def _rotate(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
+def _rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  interleaved: bool) -> tuple[torch.Tensor, torch.dtype]:
+    """posemb.apply_rope on tensors (no autograd): the result and the dtype
+    the kernel computed in."""
+    dt = x.dtype
+    if dt in _TO_NUMPY and cos.dtype is dt and sin.dtype is dt:
+        y = posemb.apply_rope(_array(x), _array(cos), _array(sin), interleaved=interleaved)
+        return torch.from_numpy(y), dt
+    if dt is torch.bfloat16 and cos.dtype is dt and sin.dtype is dt:
+        # one pass: bfloat16 in, float32 maths, rounded once to bfloat16 out
+        y = _rope_bits._run_bf16_bits(2 * interleaved, _bf16_bits(x), _bf16_bits(cos),
+                                      _bf16_bits(sin))
+        return torch.from_numpy(y.view(np.int16)).view(torch.bfloat16), torch.float32
+    out_dtype = _result_dtype(x, cos, sin)
+    work = _work_dtype(out_dtype)
+    y = posemb.apply_rope(_view(x, work), _view(cos, work), _view(sin, work),
+                          interleaved=interleaved)
+    return _tensor(y, out_dtype), work
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a tensor that needs no gradient here."""
+    try:
+        return t.numpy()
+    except RuntimeError:   # requires grad (under no_grad), or a neg/conj bit
+        return t.detach().resolve_neg().resolve_conj().numpy()
+
+
+def _bf16_bits(t: torch.Tensor) -> np.ndarray:
+    """A bfloat16 tensor's memory as a uint16 array (strides kept)."""
+    if t.is_neg():
+        t = t.resolve_neg()
+    return _array(t.view(torch.int16)).view(np.uint16)
+
+
+def _needs_grad(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
+                                        or sin.requires_grad)
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                interleaved: bool) -> torch.Tensor:
+    """apply_rope on checked tensors: the kernel directly when no gradient
+    is needed (no autograd.Function machinery), else through autograd."""
+    if not _needs_grad(x, cos, sin):
+        return _rope_forward(x, cos, sin, interleaved)[0]
+    return _ApplyRope.apply(x, cos, sin, interleaved)
+
+
 class _ApplyRope(torch.autograd.Function):
     """y = x*cos + rotate(x)*sin on the first r features (posemb.apply_rope)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 interleaved: bool) -> torch.Tensor:
-        out_dtype = _result_dtype(x, cos, sin)
-        work = _work_dtype(out_dtype)
-        y = posemb.apply_rope(_view(x, work), _view(cos, work), _view(sin, work),
-                              interleaved=interleaved)
+        y, work = _rope_forward(x, cos, sin, interleaved)
         ctx.interleaved = interleaved
         ctx.work = work
         table_grad = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
         ctx.save_for_backward(x if table_grad else None, cos, sin)
         ctx.x_meta = (x.shape, x.dtype)
-        return _tensor(y, out_dtype)
+        return y
 
     @staticmethod
     @once_differentiable
@@ -252,7 +301,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
         if k:    # singleton axes after the tables' position axis
             cos, sin = (t.reshape(tuple(t.shape[:-1]) + (1,) * k + tuple(t.shape[-1:]))
                         if t.dim() >= 2 else t for t in (cos, sin))
-    return _ApplyRope.apply(x, cos, sin, bool(interleaved))
+    return _apply_rope(x, cos, sin, bool(interleaved))
 
 
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
@@ -288,9 +337,21 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     if not -(cos.ndim + 1) <= unsqueeze_dim <= cos.ndim:   # torch's IndexError names nothing
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
                          f"{tuple(cos.shape)}")
+    dt = q.dtype
+    if (dt in _TO_NUMPY and k.dtype is dt and cos.dtype is dt and sin.dtype is dt
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                  or cos.requires_grad or sin.requires_grad))):
+        # no autograd: one view of each table for both calls (decode steps;
+        # written for few interpreter steps: this path is the whole overhead)
+        cn, sn = _array(cos), _array(sin)
+        ax = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + cn.ndim + 1
+        cn = cn.reshape(cn.shape[:ax] + (1,) + cn.shape[ax:])
+        sn = sn.reshape(sn.shape[:ax] + (1,) + sn.shape[ax:])
+        return (torch.from_numpy(posemb.apply_rope(_array(q), cn, sn)),
+                torch.from_numpy(posemb.apply_rope(_array(k), cn, sn)))
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return _apply_rope(q, cos, sin, False), _apply_rope(k, cos, sin, False)
 
 
 def _config_dict(config: Any) -> dict[str, Any]:

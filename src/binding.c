@@ -136,8 +136,8 @@ static int stop_on_signal(void)
     return stop;
 }
 
-/* Each loop's data is a code: 3 * kind + type (type 0..2: float16, float32,
- * float64; kind: RoPE's 0..3, else 0). */
+/* Each loop's data is a code: 4 * kind + type (type 0..3: float16, float32,
+ * float64, bfloat16 as uint16 bits; kind: RoPE's 0..3, else 0). */
 #define CODE (*(const int *)data)
 
 /* (h,s,d),(s,r),(s,r)->(h,s,d); dims {n, h, s, d, r}; steps: 4 outer, then
@@ -150,7 +150,7 @@ LOOP(rope_loop)
         steps[0], steps[4], steps[5], steps[3], steps[11], steps[12],
         steps[1], steps[7], steps[2], steps[9],
         steps[6], steps[8], steps[10], steps[13], stop_on_signal};
-    pe_rope_apply(&g, CODE / 3, CODE % 3);
+    pe_rope_apply(&g, CODE / 4, CODE % 4);
 }
 
 /* (d)->(d); dims {n, d} */
@@ -195,43 +195,48 @@ static int core_dims(PyUFuncObject *uf, npy_intp *core)
     return -1;
 }
 
-enum { H = NPY_HALF, F = NPY_FLOAT, D = NPY_DOUBLE, I64 = NPY_INT64 };
+enum { H = NPY_HALF, F = NPY_FLOAT, D = NPY_DOUBLE, I64 = NPY_INT64, U16 = NPY_UINT16 };
 static const char types_3[12] = {H, H, H, H, F, F, F, F, D, D, D, D};
-static const char types_1[6] = {H, H, F, F, D, D};
+static const char types_1[6] = {H, H, F, F, D, D}, types_bf16[4] = {U16, U16, U16, U16};
 /* float16 x takes a float64 table, so the sum is rounded once */
 static const char types_add[9] = {H, D, H, F, F, F, D, D, D};
 static const char types_learned[12] = {H, I64, H, H, F, I64, F, F, D, I64, D, D};
-static const int codes[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+static const int codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 #define ROPE_SIG "(h,s,d),(s,r),(s,r)->(h,s,d)"
 #define ROPE_DOC(what) \
     what " on a (heads, positions, features) grid, tables (positions, r <= d); " \
     "features past r are copied.  " ROPE_SIG "."
+#define BF16_DOC ROPE_DOC("RoPE on bfloat16 bit patterns (uint16), float32 maths rounded once")
 
-/* One row per gufunc: name, signature, loop, first code (3 loops: float16,
- * float32, float64), type numbers, nin, core-dims check, doc. */
+/* One row per gufunc: name, signature, loop, first code, type numbers, loops
+ * (3: float16, float32, float64), nin, core-dims check, doc. */
 static const struct gufunc {
     const char *name, *signature;
     PyUFuncGenericFunction loop;
     int code;
     const char *types;
-    int nin;
+    int ntypes, nin;
     PyUFunc_ProcessCoreDimsFunc *check;
     const char *doc;
 } GUFUNCS[] = {
-    {"rope_half_fwd", ROPE_SIG, rope_loop, 0, types_3, 3, core_dims,
+    {"rope_half_fwd", ROPE_SIG, rope_loop, 0, types_3, 3, 3, core_dims,
      ROPE_DOC("Half-split RoPE y = x*cos + rotate_half(x)*sin (GPT-NeoX, HF rotate_half)")},
-    {"rope_half_back", ROPE_SIG, rope_loop, 3, types_3, 3, core_dims,
+    {"rope_half_back", ROPE_SIG, rope_loop, 4, types_3, 3, 3, core_dims,
      ROPE_DOC("The adjoint (gradient) of rope_half_fwd")},
-    {"rope_inter_fwd", ROPE_SIG, rope_loop, 6, types_3, 3, core_dims,
+    {"rope_inter_fwd", ROPE_SIG, rope_loop, 8, types_3, 3, 3, core_dims,
      ROPE_DOC("Interleaved RoPE on pairs (2i, 2i+1) (GPT-J, Meta)")},
-    {"rope_inter_back", ROPE_SIG, rope_loop, 9, types_3, 3, core_dims,
+    {"rope_inter_back", ROPE_SIG, rope_loop, 12, types_3, 3, 3, core_dims,
      ROPE_DOC("The adjoint (gradient) of rope_inter_fwd")},
-    {"rotate_half", "(d)->(d)", rotate_half_loop, 0, types_1, 1, core_dims,
+    {"rope_bf16_half_fwd", ROPE_SIG, rope_loop, 3, types_bf16, 1, 3, core_dims, BF16_DOC},
+    {"rope_bf16_half_back", ROPE_SIG, rope_loop, 7, types_bf16, 1, 3, core_dims, BF16_DOC},
+    {"rope_bf16_inter_fwd", ROPE_SIG, rope_loop, 11, types_bf16, 1, 3, core_dims, BF16_DOC},
+    {"rope_bf16_inter_back", ROPE_SIG, rope_loop, 15, types_bf16, 1, 3, core_dims, BF16_DOC},
+    {"rotate_half", "(d)->(d)", rotate_half_loop, 0, types_1, 3, 1, core_dims,
      "rotate_half: concat(-x[h:], x[:h]) over an even axis, (d)->(d)."},
-    {"sinusoidal_add_rows", "(s,d),(s,d)->(s,d)", sinusoidal_rows_loop, 0, types_add, 2, NULL,
-     "y = x + t over (..., seq, dim) grids; float16 x takes a float64 t, rounded once."},
-    {"learned_pe_fwd", "(d),(),(m,d)->(d)", learned_loop, 0, types_learned, 3, NULL,
+    {"sinusoidal_add_rows", "(s,d),(s,d)->(s,d)", sinusoidal_rows_loop, 0, types_add, 3, 2,
+     NULL, "y = x + t over (..., seq, dim) grids; float16 x takes a float64 t, rounded once."},
+    {"learned_pe_fwd", "(d),(),(m,d)->(d)", learned_loop, 0, types_learned, 3, 3, NULL,
      "Learned forward y = x + w[pos]; a position outside [0, m) gives a NaN row."},
 };
 #define NGUFUNCS (sizeof GUFUNCS / sizeof GUFUNCS[0])
@@ -244,19 +249,15 @@ static int add_gufuncs(PyObject *m)
 {
     for (size_t i = 0; i < NGUFUNCS; i++) {
         const struct gufunc *g = &GUFUNCS[i];
-        PyUFuncObject *uf;
-        int rc;
-        for (int t = 0; t < 3; t++) {
-            gufunc_loops[i][t] = g->loop;
-            gufunc_data[i][t] = (void *)&codes[g->code + t];
-        }
-        uf = (PyUFuncObject *)PyUFunc_FromFuncAndDataAndSignature(
-            gufunc_loops[i], gufunc_data[i], (char *)g->types, 3, g->nin, 1,
+        for (int t = 0; t < g->ntypes; t++)
+            gufunc_loops[i][t] = g->loop, gufunc_data[i][t] = (void *)&codes[g->code + t];
+        PyUFuncObject *uf = (PyUFuncObject *)PyUFunc_FromFuncAndDataAndSignature(
+            gufunc_loops[i], gufunc_data[i], (char *)g->types, g->ntypes, g->nin, 1,
             PyUFunc_None, g->name, g->doc, 0, g->signature);
         if (uf == NULL)
             return -1;
         uf->process_core_dims_func = g->check;
-        rc = PyModule_AddObjectRef(m, g->name, (PyObject *)uf);
+        const int rc = PyModule_AddObjectRef(m, g->name, (PyObject *)uf);
         Py_DECREF(uf);
         if (rc < 0)
             return -1;
@@ -558,12 +559,11 @@ static int select_cpu(void)
 {
     const char *env = getenv("POSEMB_CPU");
     const int want = pe_cpu_parse(env);
-    int got;
     if (env != NULL && env[0] != '\0' && want < 0 &&
         PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "POSEMB_CPU=%s is not one of baseline, "
                          "sse2, avx2, avx512: ignored", env) < 0)
         return -1;
-    got = pe_cpu_select(want);
+    const int got = pe_cpu_select(want);
     if (want > got &&
         PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "POSEMB_CPU=%s: this CPU (or build) runs "
                          "at most %s; using %s", env, pe_cpu_name(got), pe_cpu_name(got)) < 0)

@@ -58,10 +58,17 @@ def test_every_level_in_a_child(level):
         assert "POSEMB_CPU" in err      # clamped, with a warning
     if want == "baseline":
         assert cfg["rope"] == "baseline" and cfg["streaming_stores"] == "none"
-    if want in ("avx2", "avx512"):
+    if want == "avx2":
         assert cfg["rope"] == "avx2"
     if want == "avx512":
         assert cfg["sinusoidal"] == "avx512"
+        # RoPE's AVX-512 kernels also need AVX-512DQ (else it stays at AVX2)
+        if sys.platform == "linux":
+            with open("/proc/cpuinfo") as f:
+                dq = " avx512dq" in f.read()
+            assert cfg["rope"] == ("avx512" if dq else "avx2")
+        else:
+            assert cfg["rope"] in ("avx512", "avx2")
 
 
 def test_unknown_level_warns_and_is_ignored():

@@ -512,3 +512,20 @@ def test_forward_gufunc_never_reads_out_of_bounds():
     y16 = _core.learned_pe_fwd(np.zeros((1, 4), np.float16), np.array([3]),
                                np.ones((3, 4), np.float16))
     assert np.all(np.isnan(y16))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_backward_token_order_column_split_is_serial_bits(rng, threads):
+    """A table that stays in the last-level cache: tokens in order, the
+    columns (16-feature groups, here with a ragged last group) split over
+    the pool: the bits of the serial loop, at any thread count."""
+    n, m, d = 20000, 64, 200
+    g = rng.standard_normal((n, d), dtype=np.float32)
+    pos = rng.integers(0, m, n)
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        gw = posemb.learned_pe_backward(g, pos, num_positions=m)
+    finally:
+        posemb.set_num_threads(old)
+    np.testing.assert_array_equal(gw, _scatter_reference(g, pos, m, np.float32))

@@ -226,3 +226,28 @@ def test_decode_fast_path_equals_the_long_road(rng, dtype, interleaved):
         posemb.apply_rope(q.astype(np.int32), cos, sin)
     with pytest.raises(ValueError, match="must broadcast"):
         posemb.apply_rope(q, np.concatenate([cos, cos]), np.concatenate([sin, sin, sin]))
+
+
+def test_empty_positions_need_no_frequencies():
+    # found by the fuzzer: (0, 0) positions with dim 2**31 built 8 GiB of
+    # inverse frequencies for an empty result
+    cos, sin = posemb.rope_cos_sin(np.zeros((0, 0), np.int64), 2**31)
+    assert cos.shape == sin.shape == (0, 0, 2**31) and cos.dtype == np.float32
+    with pytest.raises(ValueError, match="base"):
+        posemb.rope_cos_sin(np.zeros(0, np.int64), 8, base=-1.0)
+    with pytest.raises(ValueError, match="rope_type"):
+        posemb.rope_cos_sin(np.zeros(0, np.int64), 8, scaling={"rope_type": "nope"})
+
+
+def test_fast_paths_refuse_what_the_long_road_refuses():
+    cos, sin = posemb.rope_cos_sin(np.arange(1), 8)
+    with pytest.raises(ValueError, match=r"cos/sin width \(8\) must not exceed x's last axis"):
+        posemb.apply_rope(np.ones((1, 2, 1, 4), np.float32), cos, sin)
+    with pytest.raises(ValueError, match="must broadcast"):
+        posemb.apply_rope(np.ones((1, 2, 3, 8), np.float32), cos[[0, 0]], sin[[0, 0]])
+    huge = np.broadcast_to(np.float32(1), (2**20, 2**10, 1, 64))   # 256 GiB of result
+    c64, s64 = posemb.rope_cos_sin(np.arange(1), 64)
+    with pytest.raises(MemoryError, match="x: a .* result would need"):
+        posemb.apply_rope(huge, c64, s64)
+    with pytest.raises(MemoryError, match="x: a .* result would need"):
+        posemb.RoPE(64, 8)(huge, offset=0)

@@ -66,3 +66,25 @@ uint16_t pe_float_to_half(float f)
         r++;                                             /* may carry into e */
     return (uint16_t)(sign | r);
 }
+
+/* Given b, a bfloat16 bit pattern (the top half of a binary32).  Returned:
+ * its exact float value. */
+float pe_bf16_to_float(uint16_t b)
+{
+    const uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Given f.  Returned: f rounded to the nearest bfloat16, ties to even (a
+ * NaN stays NaN, made quiet), as PyTorch's c10::BFloat16 and ml_dtypes
+ * round. */
+uint16_t pe_float_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}

@@ -1,9 +1,14 @@
 /*
  * pool.c - posemb's small internal thread pool (no OpenMP in wheels).
  *
- * pe_parallel_for(n, grain, fn, ctx) splits [0, n) into at most
- * get_num_threads() contiguous parts of at least `grain` items and runs
- * fn(ctx, begin, end) on each, the caller taking part 0.  It is the only
+ * pe_parallel_for(n, grain, fn, ctx) splits [0, n) into chunks of at
+ * least `grain` items (about 4 per thread) and runs fn(ctx, begin, end) on
+ * each; the caller and the workers take chunks in turn from a shared
+ * counter, so a worker that the OS runs late (a machine busy with other
+ * processes) costs nothing: the caller takes its chunks, and a worker that
+ * wakes after the last chunk was taken leaves the job alone.  The caller
+ * waits only for chunks in progress, so a call with more threads is never
+ * much slower than with one.  It is the only
  * global mutable state in posemb, and it is guarded:
  *   - one job at a time: a caller that finds the pool busy (another thread,
  *     or a nested call) runs its whole range serially instead of waiting;
@@ -21,6 +26,8 @@
 
 #if defined(_WIN32) || defined(POSEMB_NO_THREADS)
 
+ptrdiff_t pe_cache_l2_bytes(void) { return (ptrdiff_t)1 << 20; }
+ptrdiff_t pe_cache_llc_bytes(void) { return (ptrdiff_t)1 << 20; }
 int pe_set_num_threads(int n) { (void)n; return 1; }
 int pe_get_num_threads(void) { return 1; }
 void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
@@ -49,13 +56,51 @@ static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static atomic_int num_threads;       /* 0: not set yet, use the CPU count */
 static int num_workers = 0;          /* worker threads started */
 static atomic_ulong generation;      /* bumped for every job */
-static atomic_int pending;           /* workers still on the current job */
+static atomic_int active;            /* workers inside the current job */
+static atomic_long next_chunk;       /* the next chunk to take */
+static int job_open;                 /* workers may still join (state_mx) */
 static pe_task_fn job_fn;
 static void *job_ctx;
-static ptrdiff_t job_n;
+static ptrdiff_t job_n, job_chunks;
 static int job_parts;
 static unsigned long start_gen[PE_MAX_THREADS]; /* generation at creation */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+ptrdiff_t pe_cache_l2_bytes(void)
+{
+    static atomic_long cached;     /* probed once; every thread probes alike */
+    long v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        v = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+        if (v <= 0)
+            v = 1L << 20;
+        if (v < (256L << 10))
+            v = 256L << 10;
+        if (v > (4L << 20))
+            v = 4L << 20;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return (ptrdiff_t)v;
+}
+
+ptrdiff_t pe_cache_llc_bytes(void)
+{
+    static atomic_long cached;     /* probed once; every thread probes alike */
+    long v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        v = 0;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+        v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+        if (v <= 0)
+            v = (long)pe_cache_l2_bytes();
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return (ptrdiff_t)v;
+}
 
 static int default_threads(void)
 {
@@ -65,13 +110,22 @@ static int default_threads(void)
     return n > PE_MAX_THREADS ? PE_MAX_THREADS : (int)n;
 }
 
-static void run_part(pe_task_fn fn, void *ctx, ptrdiff_t n, int parts, int i)
+/* take chunks (near-equal contiguous ranges of [0, n)) until none is left */
+static void run_chunks(pe_task_fn fn, void *ctx, ptrdiff_t n, ptrdiff_t chunks)
 {
-    /* part i of `parts` near-equal contiguous ranges of [0, n) */
-    const ptrdiff_t lo = (ptrdiff_t)((double)n * i / parts);
-    const ptrdiff_t hi = i + 1 == parts ? n : (ptrdiff_t)((double)n * (i + 1) / parts);
-    if (hi > lo)
-        fn(ctx, lo, hi);
+    for (;;) {
+        const long i = atomic_fetch_add(&next_chunk, 1);
+        if (i >= chunks)
+            return;
+        {
+            const ptrdiff_t lo = (ptrdiff_t)((double)n * (double)i / (double)chunks);
+            const ptrdiff_t hi = i + 1 == chunks
+                                     ? n
+                                     : (ptrdiff_t)((double)n * (double)(i + 1) / (double)chunks);
+            if (hi > lo)
+                fn(ctx, lo, hi);
+        }
+    }
 }
 
 static void *worker_main(void *arg)
@@ -84,8 +138,8 @@ static void *worker_main(void *arg)
     for (;;) {
         pe_task_fn fn;
         void *ctx;
-        ptrdiff_t n;
-        int parts, spin;
+        ptrdiff_t n, chunks;
+        int spin, join;
         /* spin a little, then sleep until the next job is published */
         for (spin = 0; spin < PE_SPIN_POLLS && atomic_load(&generation) == seen; spin++)
             ;
@@ -93,14 +147,20 @@ static void *worker_main(void *arg)
         while (atomic_load(&generation) == seen)
             pthread_cond_wait(&work_cv, &state_mx);
         seen = atomic_load(&generation);
+        /* join only a job still open (its caller has not taken the last
+         * chunk) and only as one of its threads */
+        join = job_open && index < job_parts;
+        if (join)
+            atomic_fetch_add(&active, 1);
         fn = job_fn;
         ctx = job_ctx;
         n = job_n;
-        parts = job_parts;
+        chunks = job_chunks;
         pthread_mutex_unlock(&state_mx);
-        if (index < parts)
-            run_part(fn, ctx, n, parts, index);
-        if (atomic_fetch_sub(&pending, 1) == 1) {
+        if (!join)
+            continue;
+        run_chunks(fn, ctx, n, chunks);
+        if (atomic_fetch_sub(&active, 1) == 1) {
             pthread_mutex_lock(&state_mx);
             pthread_cond_signal(&done_cv);
             pthread_mutex_unlock(&state_mx);
@@ -109,7 +169,6 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* fork: hold the job lock across fork so no job is in flight */
 static void atfork_prepare(void) { pthread_mutex_lock(&job_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&job_lock); }
 static void atfork_child(void)
@@ -119,7 +178,8 @@ static void atfork_child(void)
     pthread_cond_init(&work_cv, NULL);
     pthread_cond_init(&done_cv, NULL);
     num_workers = 0;
-    atomic_store(&pending, 0);
+    job_open = 0;
+    atomic_store(&active, 0);
     atomic_store(&generation, 0);
     pthread_mutex_init(&job_lock, NULL);
 }
@@ -205,24 +265,38 @@ void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
         return;
     }
 
-    pthread_mutex_lock(&state_mx);
-    job_fn = fn;
-    job_ctx = ctx;
-    job_n = n;
-    job_parts = parts;
-    atomic_store(&pending, num_workers);
-    atomic_fetch_add(&generation, 1);    /* publishes the job fields */
-    pthread_cond_broadcast(&work_cv);
-    pthread_mutex_unlock(&state_mx);
+    {
+        /* about 4 chunks per thread, each of at least `grain` items */
+        ptrdiff_t chunks = 4 * (ptrdiff_t)parts;
+        if (chunks > max_parts)
+            chunks = max_parts;
+        pthread_mutex_lock(&state_mx);
+        job_fn = fn;
+        job_ctx = ctx;
+        job_n = n;
+        job_chunks = chunks;
+        job_parts = parts;
+        job_open = 1;
+        atomic_store(&next_chunk, 0);
+        atomic_store(&active, 0);
+        atomic_fetch_add(&generation, 1);    /* publishes the job fields */
+        pthread_cond_broadcast(&work_cv);
+        pthread_mutex_unlock(&state_mx);
 
-    run_part(fn, ctx, n, parts, 0);
+        run_chunks(fn, ctx, n, chunks);
 
-    for (int spin = 0; spin < PE_SPIN_POLLS && atomic_load(&pending) > 0; spin++)
-        ;
-    pthread_mutex_lock(&state_mx);
-    while (atomic_load(&pending) > 0)
-        pthread_cond_wait(&done_cv, &state_mx);
-    pthread_mutex_unlock(&state_mx);
+        /* every chunk is taken: close the job to late workers, then wait
+         * for the chunks still running */
+        pthread_mutex_lock(&state_mx);
+        job_open = 0;
+        pthread_mutex_unlock(&state_mx);
+        for (int spin = 0; spin < PE_SPIN_POLLS && atomic_load(&active) > 0; spin++)
+            ;
+        pthread_mutex_lock(&state_mx);
+        while (atomic_load(&active) > 0)
+            pthread_cond_wait(&done_cv, &state_mx);
+        pthread_mutex_unlock(&state_mx);
+    }
     pthread_mutex_unlock(&job_lock);
 }
 

@@ -1,0 +1,69 @@
+"""posemb.torch's RoPE without autograd machinery: when no input needs a
+gradient (torch.no_grad(), or plain tensors), apply_rope and
+apply_rotary_pos_emb call the kernel directly; the results are the same
+bits as the autograd path and as HF's formula."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import posemb.torch as pt  # noqa: E402
+
+
+def hf(x, c, s):
+    h = x.shape[-1] // 2
+    return x * c + torch.cat((-x[..., h:], x[..., :h]), -1) * s
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("unsqueeze_dim", [1, -3, 2])
+def test_no_grad_equals_autograd_and_hf(dtype, unsqueeze_dim):
+    g = torch.Generator().manual_seed(0)
+    b, hq, hk, s, d = 2, 4, 2, 5, 16
+    if unsqueeze_dim == 2:                       # (b, s, h, d)
+        q = torch.randn(b, s, hq, d, generator=g).to(dtype)
+        k = torch.randn(b, s, hk, d, generator=g).to(dtype)
+    else:
+        q = torch.randn(b, hq, s, d, generator=g).to(dtype)
+        k = torch.randn(b, hk, s, d, generator=g).to(dtype)
+    cos, sin = pt.RotaryEmbedding(dim=d)(q.float(), torch.arange(s).expand(b, s))
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    with torch.no_grad():
+        qe, ke = pt.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    assert qe.grad_fn is None and ke.grad_fn is None and qe.dtype == dtype
+    qg = q.clone().requires_grad_()
+    qa, ka = pt.apply_rotary_pos_emb(qg, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    assert qa.grad_fn is not None
+    assert torch.equal(qe, qa.detach()) and torch.equal(ke, ka)
+    c, s_ = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    if dtype != torch.float16:                    # HF's float16 rounds each product
+        assert torch.equal(qe, hf(q, c, s_)) and torch.equal(ke, hf(k, c, s_))
+    # plain tensors (grad mode on, nothing requires grad): no autograd either
+    qp, kp = pt.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    assert qp.grad_fn is None and torch.equal(qp, qe) and torch.equal(kp, ke)
+    y = pt.apply_rope(q, c, s_)
+    assert y.grad_fn is None and torch.equal(y, qe)
+
+
+def test_no_grad_with_parameters_neg_bits_and_views():
+    """Inputs that require grad under no_grad, a tensor with its neg bit set,
+    strided views: the direct path still computes HF's values."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 6, 8, generator=g)
+    base = torch.randn(1, 4, 6, 8, generator=g)
+    k_neg = -base
+    k_neg_bit = torch._neg_view(base) if hasattr(torch, "_neg_view") else -base
+    cos, sin = pt.RotaryEmbedding(dim=8)(q, torch.arange(6)[None])
+    qp = torch.nn.Parameter(q.clone())
+    with torch.no_grad():
+        for kk in (k_neg, k_neg_bit, base.transpose(1, 2).contiguous().transpose(1, 2)):
+            qe, ke = pt.apply_rotary_pos_emb(qp, kk, cos, sin)
+            c, s_ = cos.unsqueeze(1), sin.unsqueeze(1)
+            assert torch.equal(qe, hf(q, c, s_))
+            assert torch.equal(ke, hf(kk.resolve_neg(), c, s_))
+            assert qe.grad_fn is None
+    # mixed dtypes promote as PyTorch does, without autograd
+    with torch.no_grad():
+        qe, _ = pt.apply_rotary_pos_emb(q.double(), base, cos, sin)
+    assert qe.dtype == torch.float64
+    np.testing.assert_allclose(qe.numpy(), hf(q.double(), cos.double().unsqueeze(1),
+                                              sin.double().unsqueeze(1)).numpy(), rtol=1e-6)
