@@ -114,7 +114,7 @@ CONVENTIONS: dict[str, RopeConvention] = {
                                     "(repeat_interleave), rotate_half (x[..., ::2])"),
     "cohere2": RopeConvention("interleaved", "repeat",
                               source="models/cohere2/modeling_cohere2.py: as Cohere; its "
-                                     "full-attention layers skip RoPE (NoPE) in the attention"),
+                                     "full-attention layers skip RoPE (NoPE): layer_uses_rope"),
     "glm": RopeConvention("interleaved", "half", partial_rotary_factor=0.5,
                           source="models/glm/modeling_glm.py: apply_rotary_pos_emb "
                                  "(cos[..., :r/2].repeat_interleave(2)), rotate_half"),
@@ -136,7 +136,7 @@ CONVENTIONS["kimi_k2"] = CONVENTIONS["deepseek_v3"]
 CONVENTIONS["llama4_text"] = CONVENTIONS["llama4"] = RopeConvention(
     "interleaved", "complex",
     source="models/llama4/modeling_llama4.py: Llama4TextRotaryEmbedding (torch.polar), "
-           "apply_rotary_emb (view_as_complex); NoPE layers from no_rope_layers are not read")
+           "apply_rotary_emb (view_as_complex); NoPE layers: layer_uses_rope (no_rope_layers)")
 
 # configs without model_type: the architectures' class-name prefixes
 _ARCHITECTURES = (

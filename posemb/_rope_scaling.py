@@ -42,7 +42,7 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["rope_scaling_parameters", "layer_rope_parameters"]
+__all__ = ["rope_scaling_parameters", "layer_rope_parameters", "layer_uses_rope"]
 
 #: rope_type -> (required keys, optional keys) of the scaling dict
 ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -448,3 +448,61 @@ def layer_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     return None
 
 
+
+
+def layer_uses_rope(config: Mapping[str, Any], layer_idx: int) -> bool:
+    """Whether decoder layer ``layer_idx`` of a model rotates q and k (False: NoPE).
+
+    * Llama 4: ``no_rope_layers[layer_idx]`` (1 = RoPE), by default a NoPE
+      layer every ``no_rope_layer_interval`` (4) layers, as
+      ``Llama4TextConfig`` builds it and ``Llama4TextAttention.use_rope`` reads it;
+    * Cohere 2: only its sliding-window layers rotate (``Cohere2Attention``),
+      ``layer_types`` or, without it, every ``sliding_window_pattern`` (4)-th
+      layer full attention;
+    * a nested ``rope_parameters`` whose entry for the layer's type (from
+      ``layer_types``) is None;
+    * every other model: True.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> cfg = {"model_type": "llama4_text", "num_hidden_layers": 8}
+    >>> [posemb.layer_uses_rope(cfg, i) for i in range(8)]
+    [True, True, True, False, True, True, True, False]
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    idx = _checks.size(layer_idx, "layer_idx")
+    n = config.get("num_hidden_layers")
+    if n is not None:
+        n = _checks.size(n, "config['num_hidden_layers']")
+        if idx >= n:
+            raise IndexError(f"layer_idx={idx} is out of range for {n} layers")
+    mt = config.get("model_type")
+    layer_types = config.get("layer_types")
+
+    def per_layer(values: Any, what: str) -> Any:
+        if not isinstance(values, (list, tuple)) or idx >= len(values):
+            raise ValueError(f"config[{what!r}] must list every layer, got {values!r}")
+        return values[idx]
+
+    if mt in ("llama4", "llama4_text"):
+        flags = config.get("no_rope_layers")
+        if not flags:
+            if n is None:
+                raise ValueError("a Llama 4 config without no_rope_layers needs num_hidden_layers")
+            every = _checks.size(config.get("no_rope_layer_interval", 4),
+                                 "config['no_rope_layer_interval']", minimum=1)
+            return (idx + 1) % every != 0
+        return bool(per_layer(flags, "no_rope_layers"))
+    if mt == "cohere2":
+        if layer_types:
+            return per_layer(layer_types, "layer_types") == "sliding_attention"
+        every = _checks.size(config.get("sliding_window_pattern", 4),
+                             "config['sliding_window_pattern']", minimum=1)
+        return bool((idx + 1) % every)
+    per = layer_rope_parameters(config)
+    if per is not None and layer_types:
+        kind = per_layer(layer_types, "layer_types")
+        return kind not in per or per[kind] is not None
+    return True

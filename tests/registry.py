@@ -177,6 +177,8 @@ REGISTRY = [
     ("RopeConvention", posemb.RopeConvention, ("interleaved", "repeat"), {}, None),
     ("layer_rope_parameters", posemb.layer_rope_parameters,
      ({"model_type": "gemma3_text", "rope_local_base_freq": 1e4},), {}, None),
+    ("layer_uses_rope", posemb.layer_uses_rope,
+     ({"model_type": "llama4_text", "num_hidden_layers": 8}, 3), {}, None),
     ("RoPE-scaling", posemb.RoPE, (64, 16), {"scaling": YARN}, None),
     ("RoPE.__call__-dynamic", ROPE_DYN, (X,), {"offset": 20}, None),
     ("RoPE.__call__-offset-array", ROPE, (XB[:, :, :16],), {"offset": np.array([3, 9])}, None),

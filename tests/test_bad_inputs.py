@@ -615,6 +615,12 @@ SPECS = [
              bad=[(None, TypeError, "config"),
                   ({"layer_types": ["full_attention"], "rope_parameters": {"full_attention": 3}},
                    TypeError, "rope_parameters")])))),
+    Spec("layer_uses_rope", posemb.layer_uses_rope,
+         dict(config={"model_type": "llama4_text", "num_hidden_layers": 8}, layer_idx=3),
+         dict(config=(OTHER, dict(bad=[(None, TypeError, "config"),
+                                       ({"model_type": "llama4_text"}, ValueError,
+                                        "num_hidden_layers")])),
+              layer_idx=(SIZE, dict(bad=[(8, IndexError)])))),
     Spec("convert_rope_layout", posemb.convert_rope_layout,
          dict(weight=np.arange(16.0).reshape(8, 2), num_heads=2, to="half", rotary_dim=2),
          dict(weight=(OTHER, dict(

@@ -801,3 +801,29 @@ def report() -> None:  # pragma: no cover - run by hand
 
 if __name__ == "__main__":  # pragma: no cover
     report()
+
+
+def test_layer_uses_rope_matches_transformers_nope_layers():
+    # which layers rotate q and k: Llama 4's no_rope_layers (read by
+    # Llama4TextAttention.use_rope) and Cohere 2's sliding-window layers
+    # (Cohere2Attention applies RoPE only there), from transformers' configs
+    from transformers import Cohere2Config, Llama4TextConfig
+
+    for kw in ({}, {"no_rope_layer_interval": 3}, {"no_rope_layers": [1, 0, 0, 1, 1, 0, 1, 1]}):
+        cfg = Llama4TextConfig(num_hidden_layers=8, **kw)
+        mine = {"model_type": "llama4_text", "num_hidden_layers": 8, **kw}
+        assert [posemb.layer_uses_rope(mine, i) for i in range(8)] == \
+            [bool(f) for f in cfg.no_rope_layers]
+    for kw in ({}, {"sliding_window_pattern": 3}):
+        cfg = Cohere2Config(num_hidden_layers=7, **kw)
+        mine = {"model_type": "cohere2", "num_hidden_layers": 7, **kw}
+        assert [posemb.layer_uses_rope(mine, i) for i in range(7)] == \
+            [t == "sliding_attention" for t in cfg.layer_types]
+        mine["layer_types"] = list(cfg.layer_types)
+        assert [posemb.layer_uses_rope(mine, i) for i in range(7)] == \
+            [t == "sliding_attention" for t in cfg.layer_types]
+    nested = {"layer_types": ["full_attention", "sliding_attention"],
+              "rope_parameters": {"full_attention": None,
+                                  "sliding_attention": {"rope_type": "default"}}}
+    assert [posemb.layer_uses_rope(nested, i) for i in range(2)] == [False, True]
+    assert posemb.layer_uses_rope({"model_type": "llama"}, 5) is True
