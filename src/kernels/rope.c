@@ -521,27 +521,28 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
  * to nearest even (the imm8 of vcvtps2ph), as pe_float_to_half does: the
  * same bits as the scalar loop.  Any row steps; features and table entries
  * contiguous (2 bytes apart).  Half-split needs h a multiple of 8,
- * interleaved 2h a multiple of 8; features past 2h are copied.
+ * interleaved 2h a multiple of 8; features past 2h are copied.  The two
+ * generators below serve bfloat16 too, with its own LOAD and STORE.
  */
 #define F16_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define F16_STORE(p, v) \
     _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
 
-#define DEFINE_F16C_HALF(DIR)                                                 \
-__attribute__((target("avx2,f16c")))                                          \
-static void f16c_half_##DIR(const pe_rope_loop *L)                            \
+#define DEFINE_HALFPREC_HALF(NAME, TARGET, LOAD, STORE, DIR)                   \
+__attribute__((target(TARGET)))                                               \
+static void NAME##_half_##DIR(const pe_rope_loop *L)                          \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(uint16_t)                                                \
         for (ptrdiff_t i = 0; i < h; i += 8) {                                \
-            const __m256 xa = F16_LOAD(x + i), xb = F16_LOAD(x + i + h);      \
-            const __m256 ca = F16_LOAD(c + i), cb = F16_LOAD(c + i + h);      \
-            const __m256 sa = F16_LOAD(s + i), sb = F16_LOAD(s + i + h);      \
+            const __m256 xa = LOAD(x + i), xb = LOAD(x + i + h);      \
+            const __m256 ca = LOAD(c + i), cb = LOAD(c + i + h);      \
+            const __m256 sa = LOAD(s + i), sb = LOAD(s + i + h);      \
             __m256 ya, yb;                                                    \
             F16C_ROT_##DIR(ya, yb, xa, xb, ca, cb, sa, sb);                   \
-            F16_STORE(y + i, ya);                                             \
-            F16_STORE(y + i + h, yb);                                         \
+            STORE(y + i, ya);                                             \
+            STORE(y + i + h, yb);                                         \
         }                                                                     \
         COPY_TAIL(uint16_t)                                                   \
     }                                                                         \
@@ -552,31 +553,31 @@ static void f16c_half_##DIR(const pe_rope_loop *L)                            \
 #define F16C_ROT_back(ya, yb, xa, xb, ca, cb, sa, sb)                         \
     do { ya = _mm256_add_ps(_mm256_mul_ps(xa, ca), _mm256_mul_ps(xb, sb));    \
          yb = _mm256_sub_ps(_mm256_mul_ps(xb, cb), _mm256_mul_ps(xa, sa)); } while (0)
-DEFINE_F16C_HALF(fwd)
-DEFINE_F16C_HALF(back)
+DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", F16_LOAD, F16_STORE, fwd)
+DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", F16_LOAD, F16_STORE, back)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
-#define DEFINE_F16C_INTER(DIR)                                                \
-__attribute__((target("avx2,f16c")))                                          \
-static void f16c_inter_##DIR(const pe_rope_loop *L)                           \
+#define DEFINE_HALFPREC_INTER(NAME, TARGET, LOAD, STORE, DIR)                  \
+__attribute__((target(TARGET)))                                               \
+static void NAME##_inter_##DIR(const pe_rope_loop *L)                         \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
     const __m256 sign = _mm256_loadu_ps(inter_sign_##DIR##_f32);              \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(uint16_t)                                                \
         for (ptrdiff_t i = 0; i < 2 * h; i += 8) {                            \
-            const __m256 xv = F16_LOAD(x + i);                                \
-            const __m256 sv = TSIN_##DIR(_mm256, ps, F16_LOAD(s + i));        \
+            const __m256 xv = LOAD(x + i);                                \
+            const __m256 sv = TSIN_##DIR(_mm256, ps, LOAD(s + i));        \
             const __m256 p = _mm256_xor_ps(                                   \
                 _mm256_mul_ps(_mm256_permute_ps(xv, 0xB1), sv), sign);        \
-            F16_STORE(y + i, _mm256_add_ps(_mm256_mul_ps(xv, F16_LOAD(c + i)), p)); \
+            STORE(y + i, _mm256_add_ps(_mm256_mul_ps(xv, LOAD(c + i)), p)); \
         }                                                                     \
         COPY_TAIL(uint16_t)                                                   \
     }                                                                         \
 }
-DEFINE_F16C_INTER(fwd)
-DEFINE_F16C_INTER(back)
+DEFINE_HALFPREC_INTER(f16c, "avx2,f16c", F16_LOAD, F16_STORE, fwd)
+DEFINE_HALFPREC_INTER(f16c, "avx2,f16c", F16_LOAD, F16_STORE, back)
 
 /*
  * bfloat16 with AVX2: widening is exact (the 16 bits become the top of a
@@ -601,48 +602,11 @@ static inline void bf16_store(uint16_t *p, __m256 v)
                                       _mm256_extracti128_si256(r, 1)));
 }
 
-#define DEFINE_BF16_HALF(DIR)                                                 \
-__attribute__((target("avx2")))                                               \
-static void avx2_bf16_half_##DIR(const pe_rope_loop *L)                       \
-{                                                                             \
-    const ptrdiff_t h = L->r / 2;                                             \
-    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
-        ROW_POINTERS(uint16_t)                                                \
-        for (ptrdiff_t i = 0; i < h; i += 8) {                                \
-            const __m256 xa = BF16_LOAD(x + i), xb = BF16_LOAD(x + i + h);    \
-            const __m256 ca = BF16_LOAD(c + i), cb = BF16_LOAD(c + i + h);    \
-            const __m256 sa = BF16_LOAD(s + i), sb = BF16_LOAD(s + i + h);    \
-            __m256 ya, yb;                                                    \
-            F16C_ROT_##DIR(ya, yb, xa, xb, ca, cb, sa, sb);                   \
-            bf16_store(y + i, ya);                                            \
-            bf16_store(y + i + h, yb);                                        \
-        }                                                                     \
-        COPY_TAIL(uint16_t)                                                   \
-    }                                                                         \
-}
-DEFINE_BF16_HALF(fwd)
-DEFINE_BF16_HALF(back)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", BF16_LOAD, bf16_store, fwd)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", BF16_LOAD, bf16_store, back)
 
-#define DEFINE_BF16_INTER(DIR)                                                \
-__attribute__((target("avx2")))                                               \
-static void avx2_bf16_inter_##DIR(const pe_rope_loop *L)                      \
-{                                                                             \
-    const ptrdiff_t h = L->r / 2;                                             \
-    const __m256 sign = _mm256_loadu_ps(inter_sign_##DIR##_f32);              \
-    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
-        ROW_POINTERS(uint16_t)                                                \
-        for (ptrdiff_t i = 0; i < 2 * h; i += 8) {                            \
-            const __m256 xv = BF16_LOAD(x + i);                               \
-            const __m256 sv = TSIN_##DIR(_mm256, ps, BF16_LOAD(s + i));       \
-            const __m256 p = _mm256_xor_ps(                                   \
-                _mm256_mul_ps(_mm256_permute_ps(xv, 0xB1), sv), sign);        \
-            bf16_store(y + i, _mm256_add_ps(_mm256_mul_ps(xv, BF16_LOAD(c + i)), p)); \
-        }                                                                     \
-        COPY_TAIL(uint16_t)                                                   \
-    }                                                                         \
-}
-DEFINE_BF16_INTER(fwd)
-DEFINE_BF16_INTER(back)
+DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", BF16_LOAD, bf16_store, fwd)
+DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", BF16_LOAD, bf16_store, back)
 
 #endif
 
