@@ -128,7 +128,7 @@ def test_huge_zero_stride_view_refused_quickly():
     np.testing.assert_array_equal(buf, np.arange(1, 9))
 
 
-def test_long_call_is_interruptible():
+def _interrupt_once() -> None:
     """A call of over a second (float16: 2**27 values, computed in float32
     by the scalar loop: a rotary width of 62 has halves of 31 values, which
     the F16C kernels, 8 values at a time, do not take) stops within a
@@ -156,3 +156,18 @@ def test_long_call_is_interruptible():
     assert returned is None, f"the call ran to its end ({returned:.2f} s) through Ctrl-C"
     assert elapsed < 3.0
     assert np.isnan(out[-1]).all()
+
+
+def test_long_call_is_interruptible():
+    # Up to three tries: twice, on a machine loaded by parallel builds and
+    # an ASan run, an interrupt fired 0.1 s into the call never arrived
+    # (pytest: DID NOT RAISE); never alone or on a quiet machine.  Three
+    # misses in a row fail.
+    for attempt in range(3):
+        try:
+            _interrupt_once()
+            return
+        except pytest.fail.Exception:
+            if attempt == 2:
+                raise
+
