@@ -141,13 +141,7 @@ def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
     float32, rounded once to nearest even, through the bfloat16 gufuncs
     (h,s,d),(s,r),(s,r)->(h,s,d) laid out by _apply.  Returns a new uint16
     array, or out."""
-    r, d = cos.shape[-1], x.shape[-1]
-    if sin.shape[-1] != r:
-        raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
-    if r > d:
-        raise ValueError(f"cos/sin width ({r}) must not exceed x's last axis ({d})")
-    if r % 2:
-        cos, sin = cos[..., :r - 1], sin[..., :r - 1]
+    cos, sin = _paired_tables(x, cos, sin, "x")
     result: np.ndarray = _apply(kind, x, cos, sin, out, "x", _BF16_UFUNCS)
     return result
 
@@ -387,6 +381,12 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
                 raise ValueError(f"{tname} must have at least one dimension (features last)")
     if type(x) is np.ndarray and 0 in x.strides:     # a broadcast x: is its result possible?
         _checks.check_result(x.shape, x.dtype, name)
+    cos, sin = _paired_tables(x, cos, sin, name)
+    return x, cos, sin
+
+
+def _paired_tables(x: Any, cos: Any, sin: Any, name: str) -> tuple[Any, Any]:
+    """The tables' width checked against x's, cut to the paired features."""
     r, d = cos.shape[-1], x.shape[-1]
     if sin.shape[-1] != r:
         raise ValueError(f"cos and sin must have the same width, got {r} and {sin.shape[-1]}")
@@ -396,7 +396,7 @@ def _rope_operands(x: Any, cos: Any, sin: Any, name: str = "x") -> tuple[Any, An
         # the unpaired last feature passes through unchanged (TorchLean's
         # total RoPE): rotate the r - 1 paired features, copy the rest
         cos, sin = cos[..., :r - 1], sin[..., :r - 1]
-    return x, cos, sin
+    return cos, sin
 
 
 def _explain_failure(x: Any, cos: Any, sin: Any, out: Any, name: str) -> None:
