@@ -140,13 +140,14 @@ ptrdiff_t pe_cache_l2_bytes(void);
  * the system does not say). */
 ptrdiff_t pe_cache_llc_bytes(void);
 /*
- * Work below this many bytes touched per thread runs on one thread: one
- * core's L2 (pe_cache_l2_bytes).  Work that fits there takes tens of
- * microseconds on one core, no more than waking a second one (measured,
- * in-place RoPE on a 1 MiB-L2 EPYC shared with other processes: 2 threads
- * gained nothing up to 2 MiB, 1.05x at 4 MiB, 1.5x at 8 MiB).
+ * Work below this many bytes touched per thread runs on one thread: two
+ * of one core's L2 (pe_cache_l2_bytes; an in-place vector counts its bytes
+ * twice, read and written).  Work of that size takes tens of microseconds
+ * on one core, no more than waking a second one.  Measured, in-place RoPE
+ * on a 1 MiB-L2 EPYC, 1 vs 2 threads, interleaved rounds: 0.5-1 MiB arrays
+ * 1.05x, 2 MiB 0.85x (so it stays on one thread), 4 MiB 1.38x, 8 MiB 1.6x.
  */
-#define PE_PARALLEL_MIN_BYTES (pe_cache_l2_bytes())
+#define PE_PARALLEL_MIN_BYTES (2 * pe_cache_l2_bytes())
 
 /*
  * Toeplitz fill (toeplitz.c): out[h, i, :] = diag[h, q-1-i : q-1-i+k] for a
