@@ -480,17 +480,22 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
-    # a decode step is call overhead: plain native float ndarrays of one
-    # dtype, x (..., h, s, d) and tables (s, r) with r even, go straight to the
-    # gufunc; whatever it refuses (shapes, r > d, a result too large to
-    # allocate) takes the long road below, which names the argument
-    if (out is None and seq_axis is None and type(x) is _ND and type(cos) is _ND
-            and type(sin) is _ND and (interleaved is False or interleaved is True)):
+    # a decode step (or a small array in place) is call overhead: plain
+    # native float ndarrays of one dtype, x (..., h, s, d) and tables (s, r)
+    # with r even, new or in place (out=x, not empty), go straight to the
+    # gufunc; whatever it refuses (shapes, r > d, a read-only out, a result
+    # too large to allocate) takes the long road below, which names the
+    # argument
+    if ((out is None or (out is x and x.size)) and seq_axis is None and type(x) is _ND
+            and type(cos) is _ND and type(sin) is _ND
+            and (interleaved is False or interleaved is True)):
         dt, cs = x.dtype, cos.shape
         if ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
                 and len(cs) == 2 and cs == sin.shape and not cs[1] & 1 and x.ndim >= 3):
             try:
-                return _FAST_FWD[interleaved](x, cos, sin)
+                if out is None:
+                    return _FAST_FWD[interleaved](x, cos, sin)
+                return _FAST_FWD[interleaved](x, cos, sin, out=x)
             except (ValueError, MemoryError):
                 pass
     return _apply_rope_any(x, cos, sin, interleaved=interleaved, seq_axis=seq_axis, out=out)
