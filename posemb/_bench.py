@@ -392,16 +392,20 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       limit=_limit("copy", x, fresh=True), contig=contig_new,
                       note="x[:, ::-1]"))
 
-    # float16: the limit is a copy of the same bytes
-    x16 = x.astype(np.float16)
+    # float16: the limit is a copy of the same bytes, sized (like every large
+    # case) to 4x the last-level cache in its own bytes
+    S16 = 2048 if cfg.quick else cfg.big_seq(H, D, 2)
+    label16 = f"1x{H}x{S16}x{D}"
+    x16 = rng.standard_normal((1, H, S16, D), dtype=np.float32).astype(np.float16)
     x16i = x16.copy()
-    c16, s16 = cos.astype(np.float16), sin.astype(np.float16)
+    c16, s16 = (t.astype(np.float16) for t in posemb.rope_cos_sin(np.arange(S16), D))
+    hc16, hs16 = (np.ascontiguousarray(t[:, :D // 2]) for t in (c16, s16))
     t16 = tfn(x16, c16, s16)
-    cases.append(Case("rope", "float16 new array", label,
+    cases.append(Case("rope", "float16 new array", label16,
                       lambda: posemb.apply_rope(x16, c16, s16),
                       limit=_limit("copy", x16, fresh=True), torch=t16, compile=cfg.compiled(t16),
-                      ort=ort(x16, H)))
-    cases.append(Case("rope", "float16 in place", label,
+                      ort=ort(x16, H, c=hc16, s=hs16, p=np.arange(S16, dtype=np.int64)[None])))
+    cases.append(Case("rope", "float16 in place", label16,
                       lambda: posemb.apply_rope(x16i, c16, s16, out=x16i),
                       limit=_limit("scale", x16i), torch=t16))
 
