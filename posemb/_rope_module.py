@@ -375,11 +375,13 @@ class RoPE:
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
-        if (positions is None and out is None and seq_axis is None and type(x) is np.ndarray
+        if (positions is None and (out is None or (out is x and x.size)) and seq_axis is None
+                and type(x) is np.ndarray
                 and type(offset) is int and offset >= 0 and self._plain_frequencies
                 and not self.rotary_dim & 1):
-            # a decode step: the cached rows offset .. offset+seq straight to
-            # the gufunc (what the long road below does, without its checks)
+            # a decode step (or in place, out=x): the cached rows offset ..
+            # offset+seq straight to the gufunc (what the long road below
+            # does, without its checks)
             dt, xs = x.dtype, x.shape
             if (dt is _F32 or dt is _F64 or dt is _F16) and len(xs) >= 3 \
                     and xs[-1] == self.head_size:
@@ -387,9 +389,13 @@ class RoPE:
                 stop = offset + xs[-2]
                 if len(cos) >= stop:
                     try:
-                        return _FAST_FWD[self.interleaved](x, cos[offset:stop], sin[offset:stop])
-                    except MemoryError:    # a broadcast x: the long road names it
-                        pass
+                        if out is None:
+                            return _FAST_FWD[self.interleaved](x, cos[offset:stop],
+                                                               sin[offset:stop])
+                        return _FAST_FWD[self.interleaved](x, cos[offset:stop],
+                                                           sin[offset:stop], out=x)
+                    except (ValueError, MemoryError):  # a read-only out, a broadcast x:
+                        pass                           # the long road names them
         return self._call_any(x, positions, offset=offset, seq_axis=seq_axis, out=out)
 
     @accepts_bfloat16("x")
