@@ -45,11 +45,44 @@ def _kind(interleaved: bool, backward: bool) -> int:
     return 2 * _checks.flag(interleaved, "interleaved") + bool(backward)
 
 
-#: interleaved (a bool) -> forward gufunc, for the decode-step fast path
+#: interleaved (a bool) -> forward / backward gufunc, for the fast road
 _FAST_FWD = {False: _UFUNCS[0], True: _UFUNCS[2]}
+_FAST_BACK = {False: _UFUNCS[1], True: _UFUNCS[3]}
 _ND = np.ndarray
 #: the native float dtypes (NumPy's singletons: an identity test is enough)
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved: Any,
+               seq_axis: Any, out: Any) -> Any:
+    """The gufunc called directly, or None for the long road.
+
+    A decode step (or a small array in place) is call overhead.  Plain
+    native float ndarrays of one dtype, x (..., h, s, d) and tables (s, r)
+    with r even -- or (1, ..., s, r), of no more axes than x, as
+    posemb.torch and HF's unsqueezed tables are -- new or in place (out=x,
+    not empty), go straight to the gufunc.  Whatever it refuses (shapes,
+    r > d, a read-only out, a result too large to allocate) returns None:
+    the long road then checks again and names the argument."""
+    if not ((out is None or (out is x and x.size)) and seq_axis is None
+            and type(x) is _ND and type(cos) is _ND and type(sin) is _ND
+            and (interleaved is False or interleaved is True)):
+        return None
+    dt, cs = x.dtype, cos.shape
+    n = len(cs)
+    if not ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
+            and cs == sin.shape and 2 <= n <= x.ndim and x.ndim >= 3 and not cs[-1] & 1):
+        return None
+    if n > 2:
+        if cs[:-2].count(1) != n - 2:
+            return None
+        cos, sin = cos.reshape(cs[-2:]), sin.reshape(cs[-2:])
+    try:
+        if out is None:
+            return ufuncs[interleaved](x, cos, sin)
+        return ufuncs[interleaved](x, cos, sin, out=x)
+    except (ValueError, MemoryError):
+        return None
 
 
 def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
@@ -148,7 +181,8 @@ def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
 
 def _is_bf16(a: Any) -> bool:
     """An ml_dtypes bfloat16 ndarray?"""
-    return type(a) is np.ndarray and a.dtype.name == "bfloat16" and a.dtype.itemsize == 2
+    return (type(a) is np.ndarray and a.dtype.kind == "V" and a.dtype.name == "bfloat16"
+            and a.dtype.itemsize == 2)
 
 
 _BF16_KEYWORDS = frozenset({"interleaved", "seq_axis", "out"})
@@ -480,24 +514,9 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     >>> bool(np.array_equal(posemb.apply_rope(xb, cos, sin, seq_axis=1)[0, :, 1], y[1]))
     True
     """
-    # a decode step (or a small array in place) is call overhead: plain
-    # native float ndarrays of one dtype, x (..., h, s, d) and tables (s, r)
-    # with r even, new or in place (out=x, not empty), go straight to the
-    # gufunc; whatever it refuses (shapes, r > d, a read-only out, a result
-    # too large to allocate) takes the long road below, which names the
-    # argument
-    if ((out is None or (out is x and x.size)) and seq_axis is None and type(x) is _ND
-            and type(cos) is _ND and type(sin) is _ND
-            and (interleaved is False or interleaved is True)):
-        dt, cs = x.dtype, cos.shape
-        if ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
-                and len(cs) == 2 and cs == sin.shape and not cs[1] & 1 and x.ndim >= 3):
-            try:
-                if out is None:
-                    return _FAST_FWD[interleaved](x, cos, sin)
-                return _FAST_FWD[interleaved](x, cos, sin, out=x)
-            except (ValueError, MemoryError):
-                pass
+    y = _fast_road(_FAST_FWD, x, cos, sin, interleaved, seq_axis, out)
+    if y is not None:
+        return y
     return _apply_rope_any(x, cos, sin, interleaved=interleaved, seq_axis=seq_axis, out=out)
 
 
@@ -511,8 +530,6 @@ def _apply_rope_any(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
     return _apply(_kind(interleaved, False), x, cos, sin, out)
 
 
-@_bf16_kernel(backward=True)
-@accepts_bfloat16("grad", "cos", "sin")
 def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
                         seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
     """Gradient of :func:`apply_rope` with respect to ``x`` (its adjoint).
@@ -529,6 +546,19 @@ def apply_rope_backward(grad: Any, cos: Any, sin: Any, *, interleaved: bool = Fa
     >>> bool(np.allclose(posemb.apply_rope_backward(y, cos, sin), x))
     True
     """
+    y = _fast_road(_FAST_BACK, grad, cos, sin, interleaved, seq_axis, out)
+    if y is not None:
+        return y
+    return _apply_rope_backward_any(grad, cos, sin, interleaved=interleaved,
+                                    seq_axis=seq_axis, out=out)
+
+
+@_bf16_kernel(backward=True)
+@accepts_bfloat16("grad", "cos", "sin")
+def _apply_rope_backward_any(grad: Any, cos: Any, sin: Any, *, interleaved: bool = False,
+                             seq_axis: int | None = None,
+                             out: np.ndarray | None = None) -> Any:
+    """:func:`apply_rope_backward` for any operands: checks, bfloat16, views."""
     grad, cos, sin = _rope_operands(grad, cos, sin, "grad")
     cos, sin = _tables_along(grad, cos, sin, seq_axis)
     return _apply(_kind(interleaved, True), grad, cos, sin, out, "grad")
