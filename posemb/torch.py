@@ -55,6 +55,9 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 import posemb
 from posemb import _rope as _rope_bits
 
+#: the half-split forward gufunc, for the decode step's direct call
+_ROPE_HALF_FWD = _rope_bits._FAST_FWD[False]
+
 __all__ = [
     "apply_rope",
     "apply_rotary_pos_emb",
@@ -188,10 +191,12 @@ def _rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
 
 def _array(t: torch.Tensor) -> np.ndarray:
     """A NumPy view of a tensor that needs no gradient here."""
+    if t.requires_grad:    # (asked first: numpy()'s RuntimeError costs ~10 us)
+        t = t.detach()
     try:
         return t.numpy()
-    except RuntimeError:   # requires grad (under no_grad), or a neg/conj bit
-        return t.detach().resolve_neg().resolve_conj().numpy()
+    except RuntimeError:   # a neg/conj bit
+        return t.resolve_neg().resolve_conj().numpy()
 
 
 def _bf16_bits(t: torch.Tensor) -> np.ndarray:
@@ -233,22 +238,64 @@ class _ApplyRope(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         x, cos, sin = ctx.saved_tensors
-        work = ctx.work
-        x_shape, x_dtype = ctx.x_meta
-        gx = gc = gs = None
-        if ctx.needs_input_grad[0]:
-            g = posemb.apply_rope_backward(_view(grad, work), _view(cos, work),
-                                           _view(sin, work), interleaved=ctx.interleaved)
-            gx = _tensor(g).sum_to_size(x_shape).to(x_dtype)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            r = cos.shape[-1]
-            g_r = grad[..., :r].to(work)
-            x_r = x[..., :r].to(work)
-            if ctx.needs_input_grad[1]:
-                gc = (g_r * x_r).sum_to_size(cos.shape).to(cos.dtype)
-            if ctx.needs_input_grad[2]:
-                gs = (g_r * _rotate(x_r, ctx.interleaved)).sum_to_size(sin.shape).to(sin.dtype)
-        return gx, gc, gs, None
+        need = ctx.needs_input_grad
+        return (*_rope_grads(grad, x, ctx.x_meta, cos, sin, ctx.work, ctx.interleaved,
+                             need[0], need[1], need[2]), None)
+
+
+def _rope_grads(grad: torch.Tensor, x: torch.Tensor | None, x_meta: tuple[Any, Any],
+                cos: torch.Tensor, sin: torch.Tensor, work: torch.dtype, interleaved: bool,
+                need_x: bool, need_cos: bool, need_sin: bool) -> tuple[Any, Any, Any]:
+    """The gradients of y = apply_rope(x, cos, sin) to x, cos and sin (None
+    where not needed): x's is the inverse rotation (posemb's kernel); the
+    tables', rarely trained, plain tensor arithmetic (x is saved only then)."""
+    gx = gc = gs = None
+    if need_x:
+        g = posemb.apply_rope_backward(_view(grad, work), _view(cos, work),
+                                       _view(sin, work), interleaved=interleaved)
+        gx = _tensor(g)
+        if gx.shape != x_meta[0]:
+            gx = gx.sum_to_size(x_meta[0])
+        if gx.dtype != x_meta[1]:
+            gx = gx.to(x_meta[1])
+    if need_cos or need_sin:
+        assert x is not None
+        r = cos.shape[-1]
+        g_r = grad[..., :r].to(work)
+        x_r = x[..., :r].to(work)
+        if need_cos:
+            gc = (g_r * x_r).sum_to_size(cos.shape).to(cos.dtype)
+        if need_sin:
+            gs = (g_r * _rotate(x_r, interleaved)).sum_to_size(sin.shape).to(sin.dtype)
+    return gx, gc, gs
+
+
+class _ApplyRopeQK(torch.autograd.Function):
+    """apply_rope of q and of k by the same tables, as one autograd node
+    (half the Python autograd machinery of two: a decode step with
+    gradients is mostly that machinery)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        yq, work = _rope_forward(q, cos, sin, False)
+        yk, work_k = _rope_forward(k, cos, sin, False)
+        ctx.work = (work, work_k)
+        table_grad = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
+        ctx.save_for_backward(q if table_grad else None, k if table_grad else None, cos, sin)
+        ctx.x_meta = ((q.shape, q.dtype), (k.shape, k.dtype))
+        return yq, yk
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_q: torch.Tensor, grad_k: torch.Tensor) -> Any:
+        q, k, cos, sin = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        gq, cq, sq = _rope_grads(grad_q, q, ctx.x_meta[0], cos, sin, ctx.work[0], False,
+                                 need[0], need[2], need[3])
+        gk, ck, sk = _rope_grads(grad_k, k, ctx.x_meta[1], cos, sin, ctx.work[1], False,
+                                 need[1], need[2], need[3])
+        return (gq, gk, None if cq is None else cq + ck, None if sq is None else sq + sk)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
@@ -329,12 +376,19 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     (torch.Size([1, 4, 6, 8]), torch.Size([1, 2, 6, 8]))
     """
     del position_ids  # unused, as in transformers
-    _check(q, "q")
-    _check(k, "k")
-    _check(cos, "cos")
-    _check(sin, "sin")
-    unsqueeze_dim = posemb._checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**63))
-    if not -(cos.ndim + 1) <= unsqueeze_dim <= cos.ndim:   # torch's IndexError names nothing
+    if not (type(q) is type(k) is type(cos) is type(sin) is torch.Tensor
+            and q.is_cpu and k.is_cpu and cos.is_cpu and sin.is_cpu
+            and q.layout is k.layout is cos.layout is sin.layout is torch.strided
+            and q.dtype in _FLOATS and k.dtype in _FLOATS and cos.dtype in _FLOATS
+            and sin.dtype in _FLOATS):       # (the common case in one test: decode steps)
+        _check(q, "q")
+        _check(k, "k")
+        _check(cos, "cos")
+        _check(sin, "sin")
+    if type(unsqueeze_dim) is not int:
+        unsqueeze_dim = posemb._checks.size(unsqueeze_dim, "unsqueeze_dim", minimum=-(2**63))
+    nd = cos.ndim
+    if not -(nd + 1) <= unsqueeze_dim <= nd:   # torch's IndexError names nothing
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
                          f"{tuple(cos.shape)}")
     dt = q.dtype
@@ -343,14 +397,36 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                                                   or cos.requires_grad or sin.requires_grad))):
         # no autograd: one view of each table for both calls (decode steps;
         # written for few interpreter steps: this path is the whole overhead)
-        cn, sn = _array(cos), _array(sin)
-        ax = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + cn.ndim + 1
-        cn = cn.reshape(cn.shape[:ax] + (1,) + cn.shape[ax:])
+        if q.requires_grad or k.requires_grad or cos.requires_grad or sin.requires_grad:
+            cn, sn, qn, kn = _array(cos), _array(sin), _array(q), _array(k)
+        else:
+            try:
+                cn, sn, qn, kn = cos.numpy(), sin.numpy(), q.numpy(), k.numpy()
+            except RuntimeError:    # a neg/conj bit
+                cn, sn, qn, kn = _array(cos), _array(sin), _array(q), _array(k)
+        ax = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + nd + 1
+        cs = cn.shape
+        if (ax <= nd - 2 and sn.shape == cs and cs[:-2].count(1) == nd - 2
+                and qn.ndim > nd and kn.ndim > nd and not cs[-1] & 1):
+            # tables (1, ..., seq, dim) unsqueezed before their last two axes,
+            # against q and k of more axes (HF's layout, batch 1), all of one
+            # native float dtype: the same as (seq, dim) tables, which the
+            # gufunc takes directly (what posemb.apply_rope's fast road does)
+            c2, s2 = cn.reshape(cs[-2:]), sn.reshape(cs[-2:])
+            try:
+                return (torch.from_numpy(_ROPE_HALF_FWD(qn, c2, s2)),
+                        torch.from_numpy(_ROPE_HALF_FWD(kn, c2, s2)))
+            except (ValueError, MemoryError):    # the long road names the argument
+                pass
+        cn = cn.reshape(cs[:ax] + (1,) + cs[ax:])
         sn = sn.reshape(sn.shape[:ax] + (1,) + sn.shape[ax:])
-        return (torch.from_numpy(posemb.apply_rope(_array(q), cn, sn)),
-                torch.from_numpy(posemb.apply_rope(_array(k), cn, sn)))
+        return (torch.from_numpy(posemb.apply_rope(qn, cn, sn)),
+                torch.from_numpy(posemb.apply_rope(kn, cn, sn)))
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
+    if _needs_grad(q, cos, sin) and _needs_grad(k, cos, sin):
+        yq, yk = _ApplyRopeQK.apply(q, k, cos, sin)
+        return yq, yk
     return _apply_rope(q, cos, sin, False), _apply_rope(k, cos, sin, False)
 
 

@@ -122,6 +122,39 @@ def test_gradcheck_apply_rotary_pos_emb():
         lambda q, k: pt.apply_rotary_pos_emb(q, k, cos, sin), (q, k))
 
 
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2])
+@pytest.mark.parametrize("rotary", [8, 6])
+def test_gradcheck_apply_rotary_pos_emb_tables(unsqueeze_dim, rotary):
+    """q, k and both tables trained, one autograd node for q and k: each
+    table's gradient sums q's and k's parts (partial rotary too)."""
+    shape_q, shape_k = ((2, 4, 5, 8), (2, 2, 5, 8)) if unsqueeze_dim == 1 else \
+        ((2, 5, 4, 8), (2, 5, 2, 8))
+    q = rand(*shape_q, dtype=torch.float64, requires_grad=True)
+    k = rand(*shape_k, dtype=torch.float64, seed=1, requires_grad=True)
+    cos = rand(2, 5, rotary, dtype=torch.float64, seed=2, requires_grad=True)
+    sin = rand(2, 5, rotary, dtype=torch.float64, seed=3, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, c, s: pt.apply_rotary_pos_emb(q, k, c, s, unsqueeze_dim=unsqueeze_dim),
+        (q, k, cos, sin))
+
+
+def test_apply_rotary_pos_emb_grad_flags_and_unused_output():
+    """Only q trained: k's result needs no gradient (as with HF's formula);
+    both trained, one result unused: the other's gradient is still right."""
+    cos, sin = hf_cos_sin(torch.arange(5)[None], 8)
+    q = rand(1, 4, 5, 8, dtype=torch.float64, requires_grad=True)
+    k = rand(1, 2, 5, 8, dtype=torch.float64, seed=1)
+    qe, ke = pt.apply_rotary_pos_emb(q, k, cos, sin)
+    assert qe.requires_grad and not ke.requires_grad
+    k.requires_grad_(True)
+    qe, ke = pt.apply_rotary_pos_emb(q, k, cos, sin)
+    (qe * 3).sum().backward()
+    want = hf_apply_rotary_pos_emb(q, k, cos, sin)[0]
+    (gq,) = torch.autograd.grad((want * 3).sum(), (q,))
+    torch.testing.assert_close(q.grad, gq, rtol=0, atol=1e-15)
+    assert k.grad is None or not k.grad.any()
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_gradcheck_t5(bidirectional):
     table = rand(16, 3, dtype=torch.float64, requires_grad=True)
