@@ -705,6 +705,24 @@ def _torch_cases(cfg: Config) -> list[Case]:
                      per_call=True, calls=500,
                      note="torch.no_grad(); limit: posemb.apply_rope on the arrays"))
 
+    # decode with autograd: forward and backward of one token's q and k
+    qg, kg = qd.clone().requires_grad_(True), kd.clone().requires_grad_(True)
+
+    def dec_grad(rope: Callable[[Any, Any], Any]) -> Fn:
+        def run() -> Any:
+            a, b_ = rope(qg, kg)
+            (a.sum() + b_.sum()).backward()
+        return run
+
+    def hf_qk(q_: Any, k_: Any) -> Any:
+        c, s_ = cd.unsqueeze(1), sd.unsqueeze(1)
+        return hf(q_, c, s_), hf(k_, c, s_)
+
+    rows.append(Case("torch", "decode apply_rotary_pos_emb fwd+bwd", f"1x{hq}|{hk}x1x{d}",
+                     dec_grad(lambda q_, k_: pt.apply_rotary_pos_emb(q_, k_, cd, sd)),
+                     torch=dec_grad(hf_qk), per_call=True, calls=200,
+                     note="q and k require grad; torch: HF's formula, autograd"))
+
     bs, seq, width, m = (4, 1024, 768, 2048) if quick else (8, 2048, 768, 2048)
     pe = pt.LearnedPositionalEmbedding(m, width)
     emb = torch.nn.Embedding(m, width)
