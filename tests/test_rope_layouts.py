@@ -228,6 +228,49 @@ def test_decode_fast_path_equals_the_long_road(rng, dtype, interleaved):
         posemb.apply_rope(q, np.concatenate([cos, cos]), np.concatenate([sin, sin, sin]))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_fast_road_in_place_backward_and_unsqueezed_tables(rng, dtype, interleaved):
+    # the fast road also takes out=x, the backward gufunc, and tables
+    # (1, ..., s, r) of no more axes than x; every answer equals the long
+    # road's bits, and what it refuses gets the long road's named error
+    from posemb._rope import _apply_rope_any, _apply_rope_backward_any
+
+    x = rng.standard_normal((2, 3, 5, 16)).astype(dtype)
+    cos, sin = posemb.rope_cos_sin(np.arange(5)[None], 16, dtype=dtype, interleaved=interleaved)
+    c4, s4 = cos[:, None], sin[:, None]                      # (1, 1, 5, 16), HF's unsqueeze
+    for c, s in ((cos[0], sin[0]), (cos, sin), (c4, s4)):
+        want = _apply_rope_any(x, c, s, interleaved=interleaved)
+        np.testing.assert_array_equal(posemb.apply_rope(x, c, s, interleaved=interleaved), want)
+        back = _apply_rope_backward_any(want, c, s, interleaved=interleaved)
+        np.testing.assert_array_equal(
+            posemb.apply_rope_backward(want, c, s, interleaved=interleaved), back)
+        y = x.copy()
+        assert posemb.apply_rope(y, c, s, interleaved=interleaved, out=y) is y
+        np.testing.assert_array_equal(y, want)
+        assert posemb.apply_rope_backward(y, c, s, interleaved=interleaved, out=y) is y
+        np.testing.assert_array_equal(y, back)
+    want = oracle(x.astype(np.float64), np.arange(5), 16, interleaved=interleaved)
+    tol = {np.float16: 5e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(posemb.apply_rope(x, c4, s4, interleaved=interleaved), want,
+                               rtol=tol, atol=tol)
+    # tables of more axes than x broadcast x up: the result keeps their axes
+    assert posemb.apply_rope(x[0], c4, s4, interleaved=interleaved).shape == (1, 1, 3, 5, 16)[1:]
+    c5 = c4[None]
+    assert posemb.apply_rope(x[0], c5, c5, interleaved=interleaved).shape == (1, 1, 3, 5, 16)
+    # refused on the fast road, named on the long one
+    ro = x.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        posemb.apply_rope(ro, c4, s4, out=ro)
+    with pytest.raises(ValueError, match="writeable"):
+        posemb.apply_rope_backward(ro, c4, s4, out=ro)
+    with pytest.raises(ValueError, match="must broadcast"):
+        posemb.apply_rope(x, np.concatenate([c4, c4], 2), np.concatenate([s4, s4], 2))
+    with pytest.raises(ValueError, match="must broadcast"):
+        posemb.apply_rope_backward(x, np.concatenate([c4, c4], 2), np.concatenate([s4, s4], 2))
+
+
 def test_empty_positions_need_no_frequencies():
     # found by the fuzzer: (0, 0) positions with dim 2**31 built 8 GiB of
     # inverse frequencies for an empty result
