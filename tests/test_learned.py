@@ -167,6 +167,30 @@ def test_backward_skewed_positions_any_thread_count(rng, threads):
         posemb.set_num_threads(old)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_backward_cached_table_split_by_positions(rng, threads):
+    """A table that stays in cache while 8 MiB of gradient streams past: the
+    pool splits its rows, each part reading only its own tokens' rows in
+    token order; the bits are the serial loop's (and torch's) for any
+    thread count, in every position pattern."""
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        d, m, n = 256, 2048, 8192
+        for pos in [np.tile(np.arange(m), n // m),                      # batches of sequences
+                    rng.integers(0, m, n),
+                    np.sort(rng.integers(0, m, n)),
+                    np.concatenate([np.full(n - 100, m - 1), rng.integers(0, m, 100)])]:
+            g = rng.standard_normal((n, d), dtype=np.float32)
+            g[::7] *= 1e8                                    # (order-sensitive sums)
+            gw = posemb.learned_pe_backward(g, pos, num_positions=m)
+            np.testing.assert_array_equal(gw, _scatter_reference(g, pos, m, np.float32))
+            ref = torch.zeros(m, d).index_add_(0, torch.from_numpy(pos), torch.from_numpy(g))
+            np.testing.assert_array_equal(gw, ref.numpy())
+    finally:
+        posemb.set_num_threads(old)
+
+
 def test_seed_module_default_positions(rng):
     """The MLM tutorial's LearnedPositionalEncoding: positions arange(seq) for each batch row."""
     torch.manual_seed(0)

@@ -300,22 +300,26 @@ static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
  * Token order for a table that stays in the last-level cache (at most a
  * quarter of it, read at run time) while the batch streams past it: the
  * gradient is read once, front to back, each token's row added into its
- * table row: the bits of the serial loop.  (The task takes ranges of
- * 16-feature column groups, so that a pool could split the columns without
- * two threads sharing a cache line of the table.)  Bucketing by position
- * instead reads the gradient rows in position order, a jump per row (measured, 8x2048 tokens
- * of 1024 float32 features, 2048 positions, 1 thread, CPU time: bucketed
- * 3.6x one read of the gradient, token order 1.9x; torch's zeros +
- * index_add_ 2.9x, torch.compile of it 1.9x).
+ * table row: the bits of the serial loop.  Bucketing by position instead
+ * reads the gradient rows in position order, a jump per row (measured,
+ * 8x2048 tokens of 1024 float32 features, 2048 positions, 1 thread, CPU
+ * time: bucketed 3.6x one read of the gradient, token order 1.9x; torch's
+ * zeros + index_add_ 2.9x, torch.compile of it 1.9x).  On the pool the
+ * table's rows (positions) are cut into one part per thread: each part
+ * walks every token in order but reads and adds only its own positions'
+ * gradient rows, so the gradient is still read once in all, whole rows at
+ * a time, and every element still gets its addends in token order (the
+ * same bits for any thread count).  Splitting the columns instead, each
+ * thread reading half of every gradient row, was slower than one thread
+ * (4.8 ms against 4.0 ms for the case above).
  */
-#define LEARNED_COL_GROUP 16
 typedef struct {
-    ptrdiff_t n, d, m;
+    ptrdiff_t n, d, m, parts;
     const void *g;
     const int64_t *pos;
     void *gw;
     int assign;
-} learned_cols_job;
+} learned_tok_job;
 
 static int learned_table_cached(ptrdiff_t m, ptrdiff_t rowbytes, ptrdiff_t n)
 {
@@ -380,27 +384,25 @@ static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
         }                                                                     \
     }                                                                         \
 }                                                                             \
-/* column groups [begin, end) of the token-order job: every token, in     \
- * order, added into the group's columns of its row */                       \
-static void learned_back_cols_task_##SUF(void *ctx, ptrdiff_t begin,          \
-                                         ptrdiff_t end)                       \
+/* positions [p0, p1) of part begin .. end of the token-order job: every   \
+ * token, in order, whose position is there, added into its row */          \
+static void learned_back_tok_task_##SUF(void *ctx, ptrdiff_t begin,           \
+                                        ptrdiff_t end)                        \
 {                                                                             \
-    const learned_cols_job *j = (const learned_cols_job *)ctx;                \
+    const learned_tok_job *j = (const learned_tok_job *)ctx;                  \
     const TG *g = (const TG *)j->g;                                           \
     TW *gw = (TW *)j->gw;                                                     \
-    const ptrdiff_t lo = begin * LEARNED_COL_GROUP;                           \
-    const ptrdiff_t hi = end * LEARNED_COL_GROUP < j->d ? end * LEARNED_COL_GROUP \
-                                                        : j->d;              \
+    const ptrdiff_t p0 = begin * j->m / j->parts, p1 = end * j->m / j->parts; \
     if (j->assign)                                                            \
-        for (ptrdiff_t p = 0; p < j->m; p++)                                  \
-            memset(gw + p * j->d + lo, 0, (size_t)(hi - lo) * sizeof(TW));   \
+        memset(gw + p0 * j->d, 0, (size_t)((p1 - p0) * j->d) * sizeof(TW));  \
     for (ptrdiff_t t = 0; t < j->n; t++) {                                    \
         const int64_t p = j->pos[t];                                          \
-        if (p >= 0 && p < j->m)                                               \
-            learned_table.rows_##SUF(hi - lo, g + t * j->d + lo,              \
-                                     gw + p * j->d + lo,                      \
-                                     t + 1 < j->n ? g + (t + 1) * j->d + lo   \
-                                                  : NULL, 0);                 \
+        if (p >= p0 && p < p1) {                                              \
+            const int64_t q = t + 1 < j->n ? j->pos[t + 1] : -1;              \
+            learned_table.rows_##SUF(j->d, g + t * j->d, gw + p * j->d,       \
+                                     q >= p0 && q < p1 ? g + (t + 1) * j->d   \
+                                                       : NULL, 0);            \
+        }                                                                     \
     }                                                                         \
 }                                                                             \
 void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
@@ -409,12 +411,19 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
 {                                                                             \
     learned_back_job j;                                                       \
     if (learned_table_cached(m, d * (ptrdiff_t)sizeof(TW), n)) {              \
-        /* one thread: split by columns over 2 threads, each reading half \
-         * of every gradient row, it was slower (4.8 ms against 4.0 ms for \
-         * the case above), so the pool is not used here */                \
-        learned_cols_job c = {n, d, m, g, pos, gw, assign};                   \
-        learned_back_cols_task_##SUF(&c, 0,                                   \
-                                     (d + LEARNED_COL_GROUP - 1) / LEARNED_COL_GROUP); \
+        /* one part per thread, where each moves PE_PARALLEL_MIN_BYTES */     \
+        const ptrdiff_t bytes = n * d * (ptrdiff_t)sizeof(TG);                \
+        ptrdiff_t parts = pe_get_num_threads();                               \
+        if (parts > bytes / PE_PARALLEL_MIN_BYTES)                            \
+            parts = bytes / PE_PARALLEL_MIN_BYTES;                            \
+        if (parts > m)                                                        \
+            parts = m;                                                        \
+        if (parts < 1)                                                        \
+            parts = 1;                                                        \
+        {                                                                     \
+            learned_tok_job c = {n, d, m, parts, g, pos, gw, assign};         \
+            pe_parallel_for(parts, 1, learned_back_tok_task_##SUF, &c);       \
+        }                                                                     \
         return;                                                               \
     }                                                                         \
     j.d = d;                                                                  \
