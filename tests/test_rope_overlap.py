@@ -129,50 +129,6 @@ def test_huge_zero_stride_view_refused_quickly():
     np.testing.assert_array_equal(buf, np.arange(1, 9))
 
 
-def _interrupt_once() -> None:
-    """A call of over a second (float16: 2**27 values, computed in float32
-    by the scalar loop: a rotary width of 62 has halves of 31 values, which
-    the F16C kernels, 8 values at a time, do not take) stops within a
-    fraction of a second of Ctrl-C, raising KeyboardInterrupt from the call
-    itself, with the end of the output not yet written."""
-    x = np.broadcast_to(np.ones(64, np.float16), (2**21, 64))
-    c, s = posemb.rope_cos_sin(np.arange(1), 62, dtype=np.float16)
-    out = np.full(x.shape, np.nan, np.float16)
-    timer = threading.Timer(0.1, _thread.interrupt_main)
-    t0 = time.monotonic()
-    timer.start()
-    returned = None
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            posemb.apply_rope(x, c, s, out=out)
-            returned = time.monotonic() - t0
-            # not interrupted during the call: let the interrupt land here
-            # (a busy loop: the timer thread gets the GIL, the eval loop
-            # sees the signal), then fail below
-            while time.monotonic() - t0 < 10:
-                pass
-        elapsed = time.monotonic() - t0
-    finally:
-        timer.cancel()
-    assert returned is None, f"the call ran to its end ({returned:.2f} s) through Ctrl-C"
-    assert elapsed < 3.0
-    assert np.isnan(out[-1]).all()
-
-
-def test_long_call_is_interruptible():
-    # Up to three tries: twice, on a machine loaded by parallel builds and
-    # an ASan run, an interrupt fired 0.1 s into the call never arrived
-    # (pytest: DID NOT RAISE); never alone or on a quiet machine.  Three
-    # misses in a row fail.
-    for attempt in range(3):
-        try:
-            _interrupt_once()
-            return
-        except pytest.fail.Exception:
-            if attempt == 2:
-                raise
-
-
 def _interrupt(call, seconds=0.1):
     """Run call() with Ctrl-C (_thread.interrupt_main) `seconds` into it.
     Returns (seconds until the call returned, or None if it raised
@@ -193,6 +149,21 @@ def _interrupt(call, seconds=0.1):
     finally:
         timer.cancel()
     return returned, elapsed
+
+
+def test_long_call_is_interruptible():
+    """A call of over a second (float16: 2**27 values, computed in float32
+    by the scalar loop: a rotary width of 62 has halves of 31 values, which
+    the F16C kernels, 8 values at a time, do not take) stops within a
+    fraction of a second of Ctrl-C, raising KeyboardInterrupt from the call
+    itself, with the end of the output not yet written."""
+    x = np.broadcast_to(np.ones(64, np.float16), (2**21, 64))
+    c, s = posemb.rope_cos_sin(np.arange(1), 62, dtype=np.float16)
+    out = np.full(x.shape, np.nan, np.float16)
+    returned, elapsed = _interrupt(lambda: posemb.apply_rope(x, c, s, out=out))
+    assert returned is None, f"the call ran to its end ({returned:.2f} s) through Ctrl-C"
+    assert elapsed < 3.0
+    assert np.isnan(out[-1]).all()
 
 
 @pytest.mark.parametrize("handling", ["log", "call", "warn"])
