@@ -132,9 +132,10 @@ static int extent_ok(long long offset, npy_intp q, npy_intp k, long long limit)
  * The loops below are legacy ufunc loops (PyUFunc_FromFuncAndDataAndSignature)
  * without NPY_METH_REQUIRES_PYAPI: NumPy calls them with the GIL released,
  * once per stretch of outer iterations its iterator hands out, and never asks
- * PyErr_Occurred() between or after them.  A long kernel asks stop_on_signal() every ~100 ms; PyErr_CheckSignals()
- * runs the Python handler (SIGINT: KeyboardInterrupt) and so consumes the
- * signal; the exception it sets is all that is left of the Ctrl-C.  NumPy
+ * PyErr_Occurred() between or after them.  A long kernel asks
+ * stop_on_signal() every ~100 ms; PyErr_CheckSignals() runs the Python
+ * handler (SIGINT: KeyboardInterrupt) and so consumes the signal; the
+ * exception it sets is all that is left of the Ctrl-C.  NumPy
  * then (1) calls the loop again for the remaining outer iterations, and (2)
  * checks the floating-point flags the loops raised: if any is set it calls
  * Python -- PyErr_WarnEx, or an np.errstate call= function or log object --
@@ -143,55 +144,56 @@ static int extent_ok(long long offset, npy_intp q, npy_intp k, long long limit)
  * half-written output returned).  NumPy fails the call only later, when
  * NpyIter_Deallocate finds PyErr_Occurred().
  *
- * So once a call has stopped on this thread (`stopped`), with the error
- * pending: the loops of its remaining outer iterations return at once, and
- * every loop leaves the floating-point flags clear, so NumPy's check finds
- * nothing and runs no Python before the exception reaches NumPy's own
- * PyErr_Occurred() test (a failed call has no result whose flags matter;
- * NumPy skips that check itself for a loop that reports an error).  The
- * signal cannot be watched without being consumed instead (both
+ * So a loop long enough to be stopped (PE_STOP_CHECK_BYTES of work) first
+ * asks whether the calling thread already has an error set -- an earlier
+ * loop of the same call stopped -- and then returns at once; and a long
+ * loop that ends with an error set leaves the floating-point flags clear,
+ * so NumPy's check finds nothing and runs no Python before the exception
+ * reaches NumPy's own PyErr_Occurred() test (a failed call has no result
+ * whose flags matter; NumPy skips that check itself for a loop that
+ * reports an error).  No state is kept between calls: the thread's error
+ * indicator is the record, and short loops (a decode step) ask nothing.
+ * The signal cannot be watched without being consumed instead (both
  * PyErr_CheckSignals and PyOS_InterruptOccurred clear its flag), and
  * re-raising it with PyErr_SetInterrupt would run the handler twice and
  * cover SIGINT only.  A signal after the last check is not consumed: the
  * eval loop raises it when the call returns. */
-#if defined(_MSC_VER)
-#define THREAD_LOCAL __declspec(thread)
-#else
-#define THREAD_LOCAL _Thread_local
-#endif
-static THREAD_LOCAL int stopped;   /* this thread's gufunc call stopped, its error set */
+
+/* 1 if the calling thread has a Python error set (asked under the GIL) */
+static int error_set(void)
+{
+    PyGILState_STATE st = PyGILState_Ensure();
+    const int set = PyErr_Occurred() != NULL;
+    PyGILState_Release(st);
+    return set;
+}
 
 /* Asked by long kernels (with or without the GIL) every ~100 ms: 1 if a
- * signal handler raised (Ctrl-C) or an error is already pending (no handler
+ * signal handler raised (Ctrl-C) or an error is already set (no handler
  * runs with an exception set), the error left for NumPy to report. */
 static int stop_on_signal(void)
 {
     PyGILState_STATE st = PyGILState_Ensure();
     const int stop = PyErr_Occurred() != NULL || PyErr_CheckSignals() < 0;
     PyGILState_Release(st);
-    if (stop)
-        stopped = 1;
     return stop;
 }
 
-/* At a stoppable loop's start: 1 (skip the loop) if an earlier loop of the
- * same call stopped, its error still pending; a new call (no error) resets. */
-static int call_stopped(void)
+/* Before a loop of about `bytes` of work: 1 (skip it) if it is long enough
+ * to be stopped and an earlier loop of the call stopped. */
+static int loop_skipped(double bytes)
 {
-    if (!stopped)
+    if (bytes < (double)PE_STOP_CHECK_BYTES || !error_set())
         return 0;
-    PyGILState_STATE st = PyGILState_Ensure();
-    stopped = PyErr_Occurred() != NULL;
-    PyGILState_Release(st);
-    if (stopped)
-        feclearexcept(FE_ALL_EXCEPT);
-    return stopped;
+    feclearexcept(FE_ALL_EXCEPT);
+    return 1;
 }
 
-/* At a stoppable loop's end: a stopped call leaves no floating-point flag. */
-static void after_stoppable(void)
+/* After a loop of about `bytes` of work: a stopped call leaves no
+ * floating-point flag for NumPy to report through Python. */
+static void loop_done(double bytes)
 {
-    if (stopped)
+    if (bytes >= (double)PE_STOP_CHECK_BYTES && error_set())
         feclearexcept(FE_ALL_EXCEPT);
 }
 
@@ -203,7 +205,10 @@ static void after_stoppable(void)
  * x (h, s, d), cos (s, r), sin (s, r), y (h, s, d) */
 LOOP(rope_loop)
 {
-    if (call_stopped())
+    /* values moved (x and y), at 2 bytes each at least */
+    const double bytes = 4.0 * (double)dims[0] * (double)dims[1] * (double)dims[2] *
+                         (double)dims[3];
+    if (loop_skipped(bytes))
         return;
     const pe_rope_grid g = {
         dims[0], dims[1], dims[2], dims[3], dims[4],
@@ -212,7 +217,7 @@ LOOP(rope_loop)
         steps[1], steps[7], steps[2], steps[9],
         steps[6], steps[8], steps[10], steps[13], stop_on_signal};
     pe_rope_apply(&g, CODE / 4, CODE % 4);
-    after_stoppable();
+    loop_done(bytes);
 }
 
 /* (d)->(d); dims {n, d} */
@@ -226,27 +231,29 @@ LOOP(rotate_half_loop)
 /* (s,d),(s,d)->(s,d); dims {n, s, d}; 3 outer + 6 core steps */
 LOOP(sinusoidal_rows_loop)
 {
-    if (call_stopped())
+    const double bytes = 4.0 * (double)dims[0] * (double)dims[1] * (double)dims[2];
+    if (loop_skipped(bytes))
         return;
     const pe_sinusoidal_grid g = {
         dims[0], dims[1], dims[2], args[0], args[1], args[2],
         steps[0], steps[1], steps[2], steps[3], steps[5], steps[7],
         steps[4], steps[6], steps[8], stop_on_signal};
     pe_sinusoidal_add_grid(&g, 2 << CODE);   /* x's element size */
-    after_stoppable();
+    loop_done(bytes);
 }
 
 /* (d),(),(m,d)->(d); dims {n, d, m}; 4 outer + 4 core steps */
 LOOP(learned_loop)
 {
-    if (call_stopped())
+    const double bytes = 4.0 * (double)dims[0] * (double)dims[1];
+    if (loop_skipped(bytes))
         return;
     const pe_learned_loop L = {
         dims[0], dims[1], dims[2], args[0], args[1], args[2], args[3],
         steps[0], steps[1], steps[2], steps[3], steps[4], steps[5], steps[6], steps[7],
         stop_on_signal};
     pe_learned_fwd_run(&L, CODE);
-    after_stoppable();
+    loop_done(bytes);
 }
 
 /* Core dims before any loop runs.  RoPE (nin 3): r <= d (an odd r is
