@@ -13,6 +13,7 @@
 #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
+#include <fenv.h>
 #include "posemb.h"
 
 /* ---- Arguments */
@@ -126,14 +127,74 @@ static int extent_ok(long long offset, npy_intp q, npy_intp k, long long limit)
 
 /* ---- Generalized ufuncs */
 
-/* Asked by long kernels (without the GIL) every ~100 ms: 1 if a signal
- * handler raised (Ctrl-C), the error set for NumPy to see after the loop. */
+/* ---- Ctrl-C in a long gufunc call
+ *
+ * The loops below are legacy ufunc loops (PyUFunc_FromFuncAndDataAndSignature)
+ * without NPY_METH_REQUIRES_PYAPI: NumPy calls them with the GIL released,
+ * once per stretch of outer iterations its iterator hands out, and never asks
+ * PyErr_Occurred() between or after them.  A long kernel asks
+ * stop_on_signal() every ~100 ms; PyErr_CheckSignals() runs the Python
+ * handler (SIGINT: KeyboardInterrupt) and so consumes the signal; the
+ * exception it sets is all that is left of the Ctrl-C.  NumPy
+ * then (1) calls the loop again for the remaining outer iterations, and (2)
+ * checks the floating-point flags the loops raised: if any is set it calls
+ * Python -- PyErr_WarnEx, or an np.errstate call= function or log object --
+ * with that exception pending, which can replace it (SystemError: "returned
+ * a result with an exception set") or clear it (the Ctrl-C is lost and the
+ * half-written output returned).  NumPy fails the call only later, when
+ * NpyIter_Deallocate finds PyErr_Occurred().
+ *
+ * So a loop long enough to be stopped (PE_STOP_CHECK_BYTES of work) first
+ * asks whether the calling thread already has an error set -- an earlier
+ * loop of the same call stopped -- and then returns at once; and a long
+ * loop that ends with an error set leaves the floating-point flags clear,
+ * so NumPy's check finds nothing and runs no Python before the exception
+ * reaches NumPy's own PyErr_Occurred() test (a failed call has no result
+ * whose flags matter; NumPy skips that check itself for a loop that
+ * reports an error).  No state is kept between calls: the thread's error
+ * indicator is the record, and short loops (a decode step) ask nothing.
+ * The signal cannot be watched without being consumed instead (both
+ * PyErr_CheckSignals and PyOS_InterruptOccurred clear its flag), and
+ * re-raising it with PyErr_SetInterrupt would run the handler twice and
+ * cover SIGINT only.  A signal after the last check is not consumed: the
+ * eval loop raises it when the call returns. */
+
+/* 1 if the calling thread has a Python error set (asked under the GIL) */
+static int error_set(void)
+{
+    PyGILState_STATE st = PyGILState_Ensure();
+    const int set = PyErr_Occurred() != NULL;
+    PyGILState_Release(st);
+    return set;
+}
+
+/* Asked by long kernels (with or without the GIL) every ~100 ms: 1 if a
+ * signal handler raised (Ctrl-C) or an error is already set (no handler
+ * runs with an exception set), the error left for NumPy to report. */
 static int stop_on_signal(void)
 {
     PyGILState_STATE st = PyGILState_Ensure();
-    const int stop = PyErr_CheckSignals() < 0;
+    const int stop = PyErr_Occurred() != NULL || PyErr_CheckSignals() < 0;
     PyGILState_Release(st);
     return stop;
+}
+
+/* Before a loop of about `bytes` of work: 1 (skip it) if it is long enough
+ * to be stopped and an earlier loop of the call stopped. */
+static int loop_skipped(double bytes)
+{
+    if (bytes < (double)PE_STOP_CHECK_BYTES || !error_set())
+        return 0;
+    feclearexcept(FE_ALL_EXCEPT);
+    return 1;
+}
+
+/* After a loop of about `bytes` of work: a stopped call leaves no
+ * floating-point flag for NumPy to report through Python. */
+static void loop_done(double bytes)
+{
+    if (bytes >= (double)PE_STOP_CHECK_BYTES && error_set())
+        feclearexcept(FE_ALL_EXCEPT);
 }
 
 /* Each loop's data is a code: 4 * kind + type (type 0..3: float16, float32,
@@ -144,6 +205,11 @@ static int stop_on_signal(void)
  * x (h, s, d), cos (s, r), sin (s, r), y (h, s, d) */
 LOOP(rope_loop)
 {
+    /* values moved (x and y), at 2 bytes each at least */
+    const double bytes = 4.0 * (double)dims[0] * (double)dims[1] * (double)dims[2] *
+                         (double)dims[3];
+    if (loop_skipped(bytes))
+        return;
     const pe_rope_grid g = {
         dims[0], dims[1], dims[2], dims[3], dims[4],
         args[0], args[1], args[2], args[3],
@@ -151,6 +217,7 @@ LOOP(rope_loop)
         steps[1], steps[7], steps[2], steps[9],
         steps[6], steps[8], steps[10], steps[13], stop_on_signal};
     pe_rope_apply(&g, CODE / 4, CODE % 4);
+    loop_done(bytes);
 }
 
 /* (d)->(d); dims {n, d} */
@@ -164,21 +231,29 @@ LOOP(rotate_half_loop)
 /* (s,d),(s,d)->(s,d); dims {n, s, d}; 3 outer + 6 core steps */
 LOOP(sinusoidal_rows_loop)
 {
+    const double bytes = 4.0 * (double)dims[0] * (double)dims[1] * (double)dims[2];
+    if (loop_skipped(bytes))
+        return;
     const pe_sinusoidal_grid g = {
         dims[0], dims[1], dims[2], args[0], args[1], args[2],
         steps[0], steps[1], steps[2], steps[3], steps[5], steps[7],
         steps[4], steps[6], steps[8], stop_on_signal};
     pe_sinusoidal_add_grid(&g, 2 << CODE);   /* x's element size */
+    loop_done(bytes);
 }
 
 /* (d),(),(m,d)->(d); dims {n, d, m}; 4 outer + 4 core steps */
 LOOP(learned_loop)
 {
+    const double bytes = 4.0 * (double)dims[0] * (double)dims[1];
+    if (loop_skipped(bytes))
+        return;
     const pe_learned_loop L = {
         dims[0], dims[1], dims[2], args[0], args[1], args[2], args[3],
         steps[0], steps[1], steps[2], steps[3], steps[4], steps[5], steps[6], steps[7],
         stop_on_signal};
     pe_learned_fwd_run(&L, CODE);
+    loop_done(bytes);
 }
 
 /* Core dims before any loop runs.  RoPE (nin 3): r <= d (an odd r is

@@ -8,6 +8,7 @@ rotation formula in float64, written out with NumPy (no posemb code).
 import _thread
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -128,7 +129,29 @@ def test_huge_zero_stride_view_refused_quickly():
     np.testing.assert_array_equal(buf, np.arange(1, 9))
 
 
-def _interrupt_once() -> None:
+def _interrupt(call, seconds=0.1):
+    """Run call() with Ctrl-C (_thread.interrupt_main) `seconds` into it.
+    Returns (seconds until the call returned, or None if it raised
+    KeyboardInterrupt, seconds until KeyboardInterrupt).  A call that
+    returns waits in a busy loop for the interrupt (the timer thread gets
+    the GIL, the eval loop sees the signal) for up to 10 s."""
+    timer = threading.Timer(seconds, _thread.interrupt_main)
+    t0 = time.monotonic()
+    timer.start()
+    returned = None
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+            returned = time.monotonic() - t0
+            while time.monotonic() - t0 < 10:
+                pass
+        elapsed = time.monotonic() - t0
+    finally:
+        timer.cancel()
+    return returned, elapsed
+
+
+def test_long_call_is_interruptible():
     """A call of over a second (float16: 2**27 values, computed in float32
     by the scalar loop: a rotary width of 62 has halves of 31 values, which
     the F16C kernels, 8 values at a time, do not take) stops within a
@@ -137,37 +160,78 @@ def _interrupt_once() -> None:
     x = np.broadcast_to(np.ones(64, np.float16), (2**21, 64))
     c, s = posemb.rope_cos_sin(np.arange(1), 62, dtype=np.float16)
     out = np.full(x.shape, np.nan, np.float16)
-    timer = threading.Timer(0.1, _thread.interrupt_main)
-    t0 = time.monotonic()
-    timer.start()
-    returned = None
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            posemb.apply_rope(x, c, s, out=out)
-            returned = time.monotonic() - t0
-            # not interrupted during the call: let the interrupt land here
-            # (a busy loop: the timer thread gets the GIL, the eval loop
-            # sees the signal), then fail below
-            while time.monotonic() - t0 < 10:
-                pass
-        elapsed = time.monotonic() - t0
-    finally:
-        timer.cancel()
+    returned, elapsed = _interrupt(lambda: posemb.apply_rope(x, c, s, out=out))
     assert returned is None, f"the call ran to its end ({returned:.2f} s) through Ctrl-C"
     assert elapsed < 3.0
     assert np.isnan(out[-1]).all()
 
 
-def test_long_call_is_interruptible():
-    # Up to three tries: twice, on a machine loaded by parallel builds and
-    # an ASan run, an interrupt fired 0.1 s into the call never arrived
-    # (pytest: DID NOT RAISE); never alone or on a quiet machine.  Three
-    # misses in a row fail.
-    for attempt in range(3):
-        try:
-            _interrupt_once()
-            return
-        except pytest.fail.Exception:
-            if attempt == 2:
-                raise
+@pytest.mark.parametrize("handling", ["log", "call", "warn"])
+def test_interrupt_survives_floating_point_handling(handling):
+    """inf * 0 raises the invalid flag in every chunk, so after the stopped
+    loop NumPy's floating-point check would call Python (a log object's
+    write, an errstate call= function, warnings.warn) with the
+    KeyboardInterrupt pending: the log object used to swallow it (the
+    half-written output returned, the Ctrl-C lost: "DID NOT RAISE"), the
+    others turned it into SystemError."""
+    x = np.broadcast_to(np.full(64, np.inf, np.float16), (2**21, 64))
+    c, s = posemb.rope_cos_sin(np.arange(1), 62, dtype=np.float16)
+    out = np.full(x.shape, np.nan, np.float16)
+    seen = []
 
+    class Log:
+        def write(self, msg):
+            try:
+                seen.append(msg)
+            except Exception:
+                pass
+
+    kw = {"log": dict(call=Log()), "call": dict(call=lambda *a: seen.append(a)),
+          "warn": {}}[handling]
+    with np.errstate(invalid=handling, **kw), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        # a first warning from the same line gives its module the
+        # __warningregistry__ that takes warnings.warn all the way
+        posemb.apply_rope(x[:8], c, s, out=out[:8])
+        assert len(seen) + len(w) == 1
+        seen.clear()
+        out[:8] = np.nan
+        warm = len(w)
+        returned, elapsed = _interrupt(lambda: posemb.apply_rope(x, c, s, out=out))
+    assert returned is None, f"the call ran to its end ({returned:.2f} s) through Ctrl-C"
+    assert elapsed < 3.0
+    assert np.isnan(out[-1]).all()
+    assert seen == [] and len(w) == warm    # a stopped call reports no floating-point error
+
+
+def test_interrupt_stops_every_outer_iteration():
+    """out's outer axes (4, 2) do not merge (strides 3 and 1 rows of grids),
+    so NumPy calls the loop 4 times, 2 grids (~0.1-0.3 s) each.  Once one
+    call stops (the first whose stop check comes after the timer), the rest
+    must not run; they used to, in full (the signal already consumed, nothing
+    told them to stop), so the last grids were always written."""
+    S = 2**18
+    x = np.broadcast_to(np.ones(64, np.float16), (4, 2, 1, S, 64))
+    c, s = posemb.rope_cos_sin(np.zeros(S, np.int64), 62, dtype=np.float16)
+    out = np.full((4, 3, 1, S, 64), np.nan, np.float16)[:, :2]
+    returned, elapsed = _interrupt(lambda: posemb.apply_rope(x, c, s, out=out))
+    assert returned is None, f"the call ran to its end ({returned:.2f} s) through Ctrl-C"
+    assert elapsed < 3.0
+    assert np.isnan(out[-1]).all()
+
+
+def test_call_after_an_interrupted_call_runs():
+    """The stop is per call: the next call on the thread runs in full."""
+    x = np.broadcast_to(np.ones(64, np.float16), (4, 2, 1, 2**18, 64))
+    c, s = posemb.rope_cos_sin(np.zeros(2**18, np.int64), 62, dtype=np.float16)
+    out = np.full((4, 3, 1, 2**18, 64), np.nan, np.float16)[:, :2]
+    _interrupt(lambda: posemb.apply_rope(x, c, s, out=out))
+    small = np.ones((3, 2, 8, 64), np.float32)
+    cs, ss = posemb.rope_cos_sin(np.arange(8), 64)
+    y = posemb.apply_rope(small, cs, ss)
+    np.testing.assert_allclose(y, oracle_rotate(small, np.arange(8), 64), rtol=1e-5, atol=1e-5)
+    # and a grid of 2**23 values: all of it written
+    xs = np.broadcast_to(np.ones(64, np.float16), (2, 1, 2**16, 64))
+    cz, sz = posemb.rope_cos_sin(np.zeros(2**16, np.int64), 62, dtype=np.float16)
+    o = posemb.apply_rope(xs, cz, sz)
+    assert np.array_equal(o, np.ones_like(o))
