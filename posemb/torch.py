@@ -406,17 +406,17 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                 cn, sn, qn, kn = _array(cos), _array(sin), _array(q), _array(k)
         ax = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + nd + 1
         cs = cn.shape
-        if (ax <= nd - 2 and sn.shape == cs and cs[:-2].count(1) == nd - 2
-                and qn.ndim > nd and kn.ndim > nd and not cs[-1] & 1):
-            # tables (1, ..., seq, dim) unsqueezed before their last two axes,
-            # against q and k of more axes (HF's layout, batch 1), all of one
-            # native float dtype: the same as (seq, dim) tables, which the
-            # gufunc takes directly (what posemb.apply_rope's fast road does)
-            c2, s2 = cn.reshape(cs[-2:]), sn.reshape(cs[-2:])
+        if (nd == 3 and ax == 1 and qn.ndim == 4 and kn.ndim == 4 and sn.shape == cs
+                and not cs[-1] & 1):
+            # HF's layout: tables (batch, seq, dim) unsqueezed at 1 against q
+            # and k (batch, heads, seq, head_dim), all of one native float
+            # dtype: the gufunc (h,s,d),(s,r),(s,r)->(h,s,d) broadcasts the
+            # batch axes itself; what it refuses takes the long road below,
+            # which names the argument
             try:
-                return (torch.from_numpy(_ROPE_HALF_FWD(qn, c2, s2)),
-                        torch.from_numpy(_ROPE_HALF_FWD(kn, c2, s2)))
-            except (ValueError, MemoryError):    # the long road names the argument
+                return (torch.from_numpy(_ROPE_HALF_FWD(qn, cn, sn)),
+                        torch.from_numpy(_ROPE_HALF_FWD(kn, cn, sn)))
+            except (ValueError, MemoryError):
                 pass
         cn = cn.reshape(cs[:ax] + (1,) + cs[ax:])
         sn = sn.reshape(sn.shape[:ax] + (1,) + sn.shape[ax:])
