@@ -67,3 +67,39 @@ def test_no_grad_with_parameters_neg_bits_and_views():
     assert qe.dtype == torch.float64
     np.testing.assert_allclose(qe.numpy(), hf(q.double(), cos.double().unsqueeze(1),
                                               sin.double().unsqueeze(1)).numpy(), rtol=1e-6)
+
+
+def _hf_partial(x, c, s):
+    """HF's formula on the first r = c.shape[-1] features, the rest passed
+    through (broadcast to the rotated part's shape)."""
+    r = c.shape[-1]
+    rot = hf(x[..., :r], c, s)
+    return torch.cat([rot, x[..., r:].expand(rot.shape[:-1] + (x.shape[-1] - r,))], -1)
+
+
+@pytest.mark.parametrize("q_shape, table_shape", [
+    ((1, 4, 5, 8), (2, 5, 8)),       # tables' batch broadcasts q's
+    ((2, 4, 5, 8), (1, 5, 8)),       # q's batch broadcasts the tables'
+    ((3, 4, 5, 8), (3, 5, 8)),
+    ((1, 4, 5, 8), (1, 5, 6)),       # partial rotary
+    ((1, 4, 5, 8), (1, 1, 8)),       # one table row for every position
+    ((4, 5, 8), (1, 5, 8)),          # q without a batch axis
+])
+def test_no_grad_broadcasting_as_hf(q_shape, table_shape):
+    """The no-grad road hands HF's (batch, seq, dim) tables to the gufunc as
+    they are; every broadcast gives HF's shapes and values (float64)."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(*q_shape, generator=g, dtype=torch.float64)
+    k = torch.randn(*q_shape[:-3], 2, *q_shape[-2:], generator=g, dtype=torch.float64) \
+        if len(q_shape) == 4 else torch.randn(2, *q_shape[-2:], generator=g, dtype=torch.float64)
+    c = torch.randn(*table_shape, generator=g, dtype=torch.float64)
+    s = torch.randn(*table_shape, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        qe, ke = pt.apply_rotary_pos_emb(q, k, c, s)
+    for got, x in ((qe, q), (ke, k)):
+        want = _hf_partial(x, c.unsqueeze(1), s.unsqueeze(1))
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-15, atol=1e-15)
+    with pytest.raises(ValueError, match="must broadcast"):
+        pt.apply_rotary_pos_emb(q, k, torch.randn(1, 7, 8, dtype=torch.float64),
+                                torch.randn(1, 7, 8, dtype=torch.float64))
