@@ -146,41 +146,30 @@ def test_backward_negative_zero_and_specials_as_torch():
     assert not np.signbit(gw[2]).any() and not np.signbit(gw[1]).any()
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_backward_skewed_positions_any_thread_count(rng, threads):
-    """Parts are cut by tokens + rows: hot positions, empty stretches and a tail of
-    unused rows give the same bits for any thread count."""
-    old = posemb.get_num_threads()
-    try:
-        posemb.set_num_threads(threads)
-        d, m = 64, 3000
-        for pos in [rng.integers(0, 10, 4000),                          # 10 hot rows
-                    np.concatenate([np.full(3000, 2999), rng.integers(0, m, 1000)]),
-                    np.sort(rng.integers(0, m, 4000)),
-                    np.full(4000, 0)]:
-            g = rng.standard_normal((pos.size, d), dtype=np.float32)
-            gw = posemb.learned_pe_backward(g, pos, num_positions=m)
-            np.testing.assert_array_equal(gw, _scatter_reference(g, pos, m, np.float32))
-            ref = torch.zeros(m, d).index_add_(0, torch.from_numpy(pos), torch.from_numpy(g))
-            np.testing.assert_array_equal(gw, ref.numpy())
-    finally:
-        posemb.set_num_threads(old)
+def _position_patterns(rng, m, n):
+    """Hot rows, a tail of one row, sorted, one row, batches of sequences, random."""
+    return [rng.integers(0, min(m, 10), n),
+            np.concatenate([np.full(n - n // 4, m - 1), rng.integers(0, m, n // 4)]),
+            np.sort(rng.integers(0, m, n)),
+            np.full(n, 0),
+            np.tile(np.arange(m), n // m + 1)[:n],
+            rng.integers(0, m, n)]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_backward_cached_table_split_by_positions(rng, threads):
-    """A table that stays in cache while 8 MiB of gradient streams past: the
-    pool splits its rows, each part reading only its own tokens' rows in
-    token order; the bits are the serial loop's (and torch's) for any
-    thread count, in every position pattern."""
+@pytest.mark.parametrize("d, m, n", [
+    (64, 3000, 4000),     # bucketed: parts cut by tokens + rows
+    (256, 2048, 8192),    # a cached table with 8 MiB of gradient: positions split in runs
+])
+def test_backward_any_thread_count_same_bits(rng, threads, d, m, n):
+    """Every way the pool splits the backward (token + row parts of the
+    buckets; position ranges of a cached table where tokens come in runs,
+    one thread where they do not) gives the serial loop's bits, and
+    torch's, for any thread count and position pattern."""
     old = posemb.get_num_threads()
     try:
         posemb.set_num_threads(threads)
-        d, m, n = 256, 2048, 8192
-        for pos in [np.tile(np.arange(m), n // m),                      # batches of sequences
-                    rng.integers(0, m, n),
-                    np.sort(rng.integers(0, m, n)),
-                    np.concatenate([np.full(n - 100, m - 1), rng.integers(0, m, 100)])]:
+        for pos in _position_patterns(rng, m, n):
             g = rng.standard_normal((n, d), dtype=np.float32)
             g[::7] *= 1e8                                    # (order-sensitive sums)
             gw = posemb.learned_pe_backward(g, pos, num_positions=m)
