@@ -16,7 +16,6 @@ rounds; PyTorch and ONNX Runtime run with the same thread count.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
@@ -107,38 +106,11 @@ def _torch() -> Any:
 
 
 def llc_bytes() -> tuple[int, str]:
-    """The last-level cache's size in bytes and where it was read: sysfs
-    (Linux: the highest-level data/unified cache of cpu0), else
-    ``os.sysconf``, else an assumed 32 MiB."""
-    best = (0, 0)
-    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
-        try:
-            with open(os.path.join(d, "level")) as f:
-                level = int(f.read())
-            with open(os.path.join(d, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(d, "size")) as f:
-                text = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        if kind == "Instruction":
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-        try:
-            size = int(text.rstrip("KMGkmg")) * mult
-        except ValueError:
-            continue
-        best = max(best, (level, size))
-    if best[1] > 0:
-        return best[1], f"sysfs L{best[0]}"
-    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
-        try:
-            v = os.sysconf(name)
-        except (ValueError, OSError):
-            continue
-        if v and v > 0:
-            return int(v), f"sysconf {name}"
-    return 32 << 20, "assumed (not readable)"
+    """The last-level cache's size in bytes and where it was read: the size
+    posemb's runtime probed (one core's view: sysfs on Linux, else
+    ``sysconf``), the one its kernels size their blocks from."""
+    kib = int(_native._dispatch()["last_level_cache"].split()[0])
+    return kib << 10, "posemb runtime: sysfs, else sysconf"
 
 
 @dataclass

@@ -60,6 +60,8 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     ``supported`` (the best this CPU and build run), the instruction set of
     the ``rope``, ``sinusoidal`` and ``learned`` kernels, and
     ``streaming_stores`` (the widest non-temporal stores used, or ``none``),
+    ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
+    the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
     plus ``threads``.
 
     Examples

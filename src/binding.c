@@ -598,11 +598,15 @@ PYFN(_get_num_threads) { return (void)args, PyLong_FromLong(pe_get_num_threads()
 
 PYFN(_dispatch)
 {
+    char l2[32], llc[32];   /* the cache sizes the kernels block for, in KiB */
+    snprintf(l2, sizeof l2, "%td KiB", pe_cache_l2_bytes() >> 10);
+    snprintf(llc, sizeof llc, "%td KiB", pe_cache_llc_bytes() >> 10);
     return (void)args, Py_BuildValue(
-        "{s:s,s:s,s:s,s:s,s:s,s:s}", "level", pe_cpu_name(pe_cpu_level()), "supported",
-        pe_cpu_name(pe_cpu_supported()), "rope", pe_family_isa(PE_FAMILY_ROPE), "sinusoidal",
-        pe_family_isa(PE_FAMILY_SINUSOIDAL), "learned", pe_family_isa(PE_FAMILY_LEARNED),
-        "streaming_stores", pe_family_isa(PE_FAMILY_STREAM));
+        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "level", pe_cpu_name(pe_cpu_level()),
+        "supported", pe_cpu_name(pe_cpu_supported()), "rope", pe_family_isa(PE_FAMILY_ROPE),
+        "sinusoidal", pe_family_isa(PE_FAMILY_SINUSOIDAL), "learned",
+        pe_family_isa(PE_FAMILY_LEARNED), "streaming_stores", pe_family_isa(PE_FAMILY_STREAM),
+        "l2_cache", l2, "last_level_cache", llc);
 }
 
 #define METHOD(name, doc) {#name, py##name, METH_VARARGS, #name doc}

@@ -24,6 +24,10 @@
 #endif
 #include "posemb.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #if defined(_WIN32) || defined(POSEMB_NO_THREADS)
 
 ptrdiff_t pe_cache_l2_bytes(void) { return (ptrdiff_t)1 << 20; }
@@ -66,40 +70,89 @@ static int job_parts;
 static unsigned long start_gen[PE_MAX_THREADS]; /* generation at creation */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+/* cpu0's data or unified cache of `level` (0: the highest level) as Linux
+ * sysfs describes it, in bytes, or 0.  sysfs gives the cache one core
+ * sees; glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) can give the whole package
+ * (seen: 320 MiB on an EPYC whose cores each see a 32 MiB L3). */
+static long sysfs_cache_bytes(int level)
+{
+    long best_level = 0, best = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[96], text[32];
+        long lv = 0, size = 0;
+        int ok = 1;
+        for (int f = 0; f < 3 && ok; f++) {
+            static const char *const names[3] = {"level", "type", "size"};
+            FILE *fp;
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i,
+                     names[f]);
+            fp = fopen(path, "r");
+            ok = fp != NULL && fgets(text, sizeof text, fp) != NULL;
+            if (fp != NULL)
+                fclose(fp);
+            if (!ok)
+                break;
+            if (f == 0)
+                lv = strtol(text, NULL, 10);
+            else if (f == 1)
+                ok = strncmp(text, "Instruction", 11) != 0;
+            else {
+                char *end;
+                size = strtol(text, &end, 10);
+                size *= *end == 'K' ? 1L << 10 : *end == 'M' ? 1L << 20 : *end == 'G' ? 1L << 30 : 1;
+            }
+        }
+        if (ok && size > 0 && (level == 0 ? lv > best_level : lv == level)) {
+            best_level = lv;
+            best = size;
+        }
+    }
+    return best;
+}
+
+/* A cache size, probed once into *cached (every thread probes alike, so a
+ * race stores the same value): sysfs, else sysconf(name) (name < 0:
+ * unknown), else fallback(). */
+static long cache_bytes(atomic_long *cached, int level, int name, long (*fallback)(void))
+{
+    long v = atomic_load_explicit(cached, memory_order_relaxed);
+    if (v == 0) {
+        v = sysfs_cache_bytes(level);
+        if (v <= 0 && name >= 0)
+            v = sysconf(name);
+        if (v <= 0)
+            v = fallback();
+        atomic_store_explicit(cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static long l2_fallback(void) { return 1L << 20; }
+static long llc_fallback(void) { return (long)pe_cache_l2_bytes(); }
+
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+#define PE_SC_L2 _SC_LEVEL2_CACHE_SIZE
+#else
+#define PE_SC_L2 (-1)
+#endif
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+#define PE_SC_L3 _SC_LEVEL3_CACHE_SIZE
+#else
+#define PE_SC_L3 (-1)
+#endif
+
 ptrdiff_t pe_cache_l2_bytes(void)
 {
-    static atomic_long cached;     /* probed once; every thread probes alike */
-    long v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v == 0) {
-        v = 0;
-#if defined(_SC_LEVEL2_CACHE_SIZE)
-        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-        if (v <= 0)
-            v = 1L << 20;
-        if (v < (256L << 10))
-            v = 256L << 10;
-        if (v > (4L << 20))
-            v = 4L << 20;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return (ptrdiff_t)v;
+    static atomic_long cached;
+    const long v = cache_bytes(&cached, 2, PE_SC_L2, l2_fallback);
+    /* blocks are sized from it: kept within 256 KiB .. 4 MiB */
+    return (ptrdiff_t)(v < (256L << 10) ? 256L << 10 : v > (4L << 20) ? 4L << 20 : v);
 }
 
 ptrdiff_t pe_cache_llc_bytes(void)
 {
-    static atomic_long cached;     /* probed once; every thread probes alike */
-    long v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v == 0) {
-        v = 0;
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-        v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-        if (v <= 0)
-            v = (long)pe_cache_l2_bytes();
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return (ptrdiff_t)v;
+    static atomic_long cached;
+    return (ptrdiff_t)cache_bytes(&cached, 0, PE_SC_L3, llc_fallback);
 }
 
 static int default_threads(void)
