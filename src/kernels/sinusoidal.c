@@ -526,21 +526,14 @@ const char *pe_sinusoidal_dispatch(int level)
     sinusoidal_table.row_f64 = sinusoidal_row_f64;
     sinusoidal_table.add_nt[0] = sinusoidal_table.add_nt[1] = NULL;
 #if defined(PE_X86_SIMD)
-    if (level >= PE_CPU_AVX512) {
+    if (level >= PE_CPU_AVX2) {   /* float16 stays at AVX2 (F16C) on AVX-512 */
+        const int z = level >= PE_CPU_AVX512;
         sinusoidal_table.row_f16 = sinusoidal_row_f16_avx2;
-        sinusoidal_table.row_f32 = sinusoidal_row_f32_avx512;
-        sinusoidal_table.row_f64 = sinusoidal_row_f64_avx512;
-        sinusoidal_table.add_nt[0] = add_nt_f32_avx512;
-        sinusoidal_table.add_nt[1] = add_nt_f64_avx512;
-        return "avx512";
-    }
-    if (level >= PE_CPU_AVX2) {
-        sinusoidal_table.row_f16 = sinusoidal_row_f16_avx2;
-        sinusoidal_table.row_f32 = sinusoidal_row_f32_avx2;
-        sinusoidal_table.row_f64 = sinusoidal_row_f64_avx2;
-        sinusoidal_table.add_nt[0] = add_nt_f32_avx2;
-        sinusoidal_table.add_nt[1] = add_nt_f64_avx2;
-        return "avx2";
+        sinusoidal_table.row_f32 = z ? sinusoidal_row_f32_avx512 : sinusoidal_row_f32_avx2;
+        sinusoidal_table.row_f64 = z ? sinusoidal_row_f64_avx512 : sinusoidal_row_f64_avx2;
+        sinusoidal_table.add_nt[0] = z ? add_nt_f32_avx512 : add_nt_f32_avx2;
+        sinusoidal_table.add_nt[1] = z ? add_nt_f64_avx512 : add_nt_f64_avx2;
+        return z ? "avx512" : "avx2";
     }
     if (level >= PE_CPU_SSE2) {
         sinusoidal_table.add_nt[0] = add_nt_f32_sse2;
