@@ -8,11 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-source .ci/wheel_tools.sh      # ensure_patchelf, test_installed_wheel
-ensure_patchelf
-python -m pip install -q build auditwheel
+source .ci/wheel_tools.sh      # wheel_setup ($tmp), test_installed_wheel
+wheel_setup
 python -m venv "$tmp/tools"
 "$tmp/tools/bin/python" -m pip install -q abi3audit
 

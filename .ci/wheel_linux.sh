@@ -13,12 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-source .ci/wheel_tools.sh      # ensure_patchelf, test_installed_wheel
-ensure_patchelf
-python -m pip install -q build auditwheel
+source .ci/wheel_tools.sh      # wheel_setup ($tmp), test_installed_wheel
+wheel_setup
 unset POSEMB_ABI3               # the version-specific wheel (.ci/wheel_abi3.sh: abi3)
 
 # --- build (sdist, then the wheel from the sdist) ---

@@ -16,6 +16,15 @@ ensure_patchelf() {
   fi
 }
 
+# wheel_setup: the wheel scripts' common start: $tmp, a temporary directory
+# removed on exit; patchelf; build and auditwheel
+wheel_setup() {
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  ensure_patchelf
+  python -m pip install -q build auditwheel
+}
+
 # check_one_extension WHEEL: exactly one posemb/_core.* extension in the wheel
 check_one_extension() {
   local n
