@@ -261,12 +261,18 @@ def _rope_grads(grad: torch.Tensor, x: torch.Tensor | None, x_meta: tuple[Any, A
     if need_cos or need_sin:
         assert x is not None
         r = cos.shape[-1]
-        g_r = grad[..., :r].to(work)
-        x_r = x[..., :r].to(work)
+        p = r - (r & 1)     # an odd r's last feature has no partner: passed through
+        g_r = grad[..., :p].to(work)
+        x_r = x[..., :p].to(work)
+
+        def table_grad(prod: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+            if p < r:       # (so that table entry gets no gradient)
+                prod = torch.cat((prod, torch.zeros_like(prod[..., :1])), dim=-1)
+            return prod.sum_to_size(table.shape).to(table.dtype)
         if need_cos:
-            gc = (g_r * x_r).sum_to_size(cos.shape).to(cos.dtype)
+            gc = table_grad(g_r * x_r, cos)
         if need_sin:
-            gs = (g_r * _rotate(x_r, interleaved)).sum_to_size(sin.shape).to(sin.dtype)
+            gs = table_grad(g_r * _rotate(x_r, interleaved), sin)
     return gx, gc, gs
 
 
