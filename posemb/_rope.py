@@ -59,9 +59,10 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
 
     A decode step (or a small array in place) is call overhead.  Plain
     native float ndarrays of one dtype, x (..., h, s, d) and tables (s, r)
-    with r even -- or (1, ..., s, r), of no more axes than x, as
-    posemb.torch and HF's unsqueezed tables are -- new or in place (out=x,
-    not empty), go straight to the gufunc.  Whatever it refuses (shapes,
+    with r even -- or (..., 1, s, r), of no more axes than x, as HF's
+    unsqueezed (batch, 1, seq, dim) tables are: the size-1 axis is dropped
+    and the gufunc broadcasts the leading ones against x's -- new or in
+    place (out=x, not empty), go straight to the gufunc.  Whatever it refuses (shapes,
     r > d, a read-only out, a result too large to allocate) returns None:
     the long road then checks again and names the argument."""
     if not ((out is None or (out is x and x.size)) and seq_axis is None
@@ -74,9 +75,9 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
             and cs == sin.shape and 2 <= n <= x.ndim and x.ndim >= 3 and not cs[-1] & 1):
         return None
     if n > 2:
-        if cs[:-2].count(1) != n - 2:
+        if cs[-3] != 1:
             return None
-        cos, sin = cos.reshape(cs[-2:]), sin.reshape(cs[-2:])
+        cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
     try:
         if out is None:
             return ufuncs[interleaved](x, cos, sin)

@@ -239,7 +239,10 @@ def test_fast_road_in_place_backward_and_unsqueezed_tables(rng, dtype, interleav
     x = rng.standard_normal((2, 3, 5, 16)).astype(dtype)
     cos, sin = posemb.rope_cos_sin(np.arange(5)[None], 16, dtype=dtype, interleaved=interleaved)
     c4, s4 = cos[:, None], sin[:, None]                      # (1, 1, 5, 16), HF's unsqueeze
-    for c, s in ((cos[0], sin[0]), (cos, sin), (c4, s4)):
+    cb, sb = posemb.rope_cos_sin(np.arange(10).reshape(2, 5), 16, dtype=dtype,
+                                 interleaved=interleaved)
+    cb, sb = cb[:, None], sb[:, None]                        # (2, 1, 5, 16): a batch of tables
+    for c, s in ((cos[0], sin[0]), (cos, sin), (c4, s4), (cb, sb)):
         want = _apply_rope_any(x, c, s, interleaved=interleaved)
         np.testing.assert_array_equal(posemb.apply_rope(x, c, s, interleaved=interleaved), want)
         back = _apply_rope_backward_any(want, c, s, interleaved=interleaved)
