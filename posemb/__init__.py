@@ -54,7 +54,7 @@ from ._rope import (  # noqa: E402
     rotate_pairs,
 )
 
-from ._threads import get_num_threads, set_num_threads, show_config
+from ._threads import empty_cache, get_num_threads, set_num_threads, set_output_cache, show_config
 from ._bench import bench
 from ._rope_scaling import *  # noqa: F401,F403
 from ._rope_variants import *  # noqa: F401,F403
@@ -87,6 +87,8 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "show_config",
+    "set_output_cache",
+    "empty_cache",
     "bench",
     "__version__",
     "rope_config",

@@ -22,6 +22,7 @@ from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
 from ._rope_scaling import normalize_scaling, rope_scaling_parameters
+from ._threads import _OUT_CACHE_MIN, new_output
 
 __all__ = [
     "rope_inv_freq",
@@ -80,7 +81,9 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
         cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
     try:
         if out is None:
-            return ufuncs[interleaved](x, cos, sin)
+            if x.nbytes < _OUT_CACHE_MIN:
+                return ufuncs[interleaved](x, cos, sin)
+            return new_output(x, ufuncs[interleaved], x, cos, sin)
         return ufuncs[interleaved](x, cos, sin, out=x)
     except (ValueError, MemoryError):
         return None
@@ -100,6 +103,13 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
     operands.  Broadcasting and ``out`` are checked by NumPy; only when it
     refuses are they re-checked to name the argument.
     """
+    if out is None:    # a new output: from the output cache if large
+        return new_output(x, _apply_to, kind, x, cos, sin, None, name, ufuncs)
+    return _apply_to(kind, x, cos, sin, out, name, ufuncs)
+
+
+def _apply_to(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str,
+              ufuncs: tuple[Any, ...]) -> Any:
     # out=x (in place) is checked by NumPy itself unless that could pass
     # silently: an empty x, or tables of higher rank than x
     xs, cs = x.shape, cos.shape

@@ -1,5 +1,6 @@
 """posemb's runtime: the thread count of its internal pool (C kernels split
-large work) and the CPU level its SIMD kernels were dispatched to."""
+large work), the CPU level its SIMD kernels were dispatched to, and the
+output cache (freed large outputs kept for the next output of their size)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,8 @@ from typing import Any
 from . import _checks
 from . import _native as _core
 
-__all__ = ["set_num_threads", "get_num_threads", "show_config"]
+__all__ = ["set_num_threads", "get_num_threads", "show_config", "set_output_cache",
+           "empty_cache"]
 
 
 def set_num_threads(n: int) -> int:
@@ -47,6 +49,67 @@ def get_num_threads() -> int:
     return int(_core.get_num_threads())
 
 
+# Outputs at least this large come from (and return to) the output cache.
+_OUT_CACHE_MIN = int(_core.OUT_CACHE_MIN_BYTES)
+
+
+def new_output(x: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a call whose result is a new array as large
+    as ``x``: with posemb's output cache as NumPy's allocator when ``x`` is
+    large (see set_output_cache)."""
+    if getattr(x, "nbytes", 0) < _OUT_CACHE_MIN:
+        return fn(*args, **kwargs)
+    old = _core._out_cache_enter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _core._out_cache_exit(old)
+
+
+def set_output_cache(max_bytes: int) -> int:
+    """Keep up to ``max_bytes`` of freed large outputs for reuse; returns the previous limit.
+
+    A new array of tens of MiB is fresh memory, which the operating system
+    zeroes page by page on first touch: ``y = posemb.apply_rope(x, cos,
+    sin)`` into a new 128 MiB array costs about twice a call with ``out=``.
+    So when an output of at least 4 MiB that posemb allocated is freed, its
+    memory is kept, and the next posemb output of the same size reuses it,
+    as a loop over same-shaped batches does.  At most 8 blocks and
+    ``max_bytes`` in all are kept, the oldest released first; the default
+    is 1 GiB, or 1/16 of physical memory if that is less, and the
+    environment variable ``POSEMB_OUTPUT_CACHE`` (bytes) sets the initial
+    value.  ``0`` turns the cache off and frees what it holds.  Only
+    posemb's outputs use it: no other array is affected.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> old = posemb.set_output_cache(0)
+    >>> posemb.set_output_cache(old)
+    0
+    """
+    n = _checks.size(max_bytes, "max_bytes")
+    old = _core._out_cache(None)[0]
+    _core._out_cache(n)
+    return int(old)
+
+
+def empty_cache() -> None:
+    """Free the memory the output cache holds (see set_output_cache); the
+    limit stays.
+
+    Examples
+    --------
+    >>> import posemb
+    >>> posemb.empty_cache()
+    >>> posemb.show_config(print_=False)["output_cache"].startswith("0 MiB held")
+    True
+    """
+    limit = _core._out_cache(None)[0]
+    _core._out_cache(0)
+    _core._out_cache(limit)
+
+
 def show_config(*, print_: bool = True) -> dict[str, str]:
     """The CPU level posemb's kernels run at, and what each family uses.
 
@@ -62,7 +125,7 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     ``streaming_stores`` (the widest non-temporal stores used, or ``none``),
     ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
-    plus ``threads``.
+    plus ``threads`` and ``output_cache`` (what set_output_cache keeps).
 
     Examples
     --------
@@ -74,6 +137,8 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     print_ = _checks.flag(print_, "print_")
     cfg = dict(_core._dispatch())
     cfg["threads"] = str(get_num_threads())
+    limit, held, blocks = _core._out_cache(None)
+    cfg["output_cache"] = f"{held >> 20} MiB held in {blocks} blocks, limit {limit >> 20} MiB"
     if print_:
         for key, value in cfg.items():
             print(f"{key + ':':18}{value}")
@@ -81,14 +146,16 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
 
 
 def _init_from_env() -> None:
-    value = os.environ.get("POSEMB_NUM_THREADS")
-    if not value:
-        return
-    try:
-        set_num_threads(int(value))
-    except (TypeError, ValueError):
-        warnings.warn(f"ignoring POSEMB_NUM_THREADS={value!r}: not an integer >= 1",
-                      RuntimeWarning, stacklevel=2)
+    for name, setter, what in (("POSEMB_NUM_THREADS", set_num_threads, "an integer >= 1"),
+                               ("POSEMB_OUTPUT_CACHE", set_output_cache, "an integer >= 0")):
+        value = os.environ.get(name)
+        if not value:
+            continue
+        try:
+            setter(int(value))
+        except (TypeError, ValueError):
+            warnings.warn(f"ignoring {name}={value!r}: not {what}", RuntimeWarning,
+                          stacklevel=2)
 
 
 _init_from_env()

@@ -609,6 +609,90 @@ PYFN(_dispatch)
         "l2_cache", l2, "last_level_cache", llc);
 }
 
+/* ---- The output cache (runtime/memory.c's pe_out_cache) as a NumPy
+ * allocator.  The Python layer installs it only around a call that
+ * allocates large outputs (_out_cache_enter / _out_cache_exit: NumPy keeps
+ * the allocator in a context variable), and every array it allocated frees
+ * through it, whenever that is.  NumPy allocates and frees array memory
+ * with the GIL held, which is the cache's lock (so no free-threaded build
+ * installs it).  The capsule owns the cache: arrays hold references to it,
+ * so it lives until the last of them is freed. */
+
+typedef struct { PyDataMem_Handler h; pe_out_cache c; } out_handler;
+typedef struct { PyObject *handler; } core_state;   /* the module's state */
+
+static void *oc_malloc(void *c, size_t n) { return pe_out_cache_malloc(c, n); }
+static void *oc_calloc(void *c, size_t k, size_t n) { return pe_out_cache_calloc(c, k, n); }
+static void *oc_realloc(void *c, void *p, size_t n) { return pe_out_cache_realloc(c, p, n); }
+static void oc_free(void *c, void *p, size_t n) { (void)n, pe_out_cache_free(c, p); }
+
+static void out_handler_free(PyObject *capsule)
+{
+    out_handler *o = PyCapsule_GetPointer(capsule, "mem_handler");
+    if (o != NULL) {
+        pe_out_cache_set_limit(&o->c, 0);
+        free(o);
+    }
+}
+
+static PyObject *out_handler_new(void)
+{
+    out_handler *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return PyErr_NoMemory();
+    strcpy(o->h.name, "posemb_output_cache");
+    o->h.version = 1;
+    o->h.allocator = (PyDataMemAllocator){&o->c, oc_malloc, oc_calloc, oc_realloc, oc_free};
+    o->c.limit = pe_out_cache_default_limit();
+    PyObject *capsule = PyCapsule_New(&o->h, "mem_handler", out_handler_free);
+    if (capsule == NULL)
+        free(o);
+    return capsule;
+}
+
+/* -> the allocator it replaced, for _out_cache_exit (None: not installed) */
+static PyObject *py_out_cache_enter(PyObject *self, PyObject *Py_UNUSED(args))
+{
+#ifdef Py_GIL_DISABLED
+    return (void)self, Py_NewRef(Py_None);
+#else
+    core_state *st = PyModule_GetState(self);
+    return st == NULL ? NULL : PyDataMem_SetHandler(st->handler);
+#endif
+}
+
+static PyObject *py_out_cache_exit(PyObject *Py_UNUSED(self), PyObject *old)
+{
+    if (old == Py_None)
+        Py_RETURN_NONE;
+    PyObject *mine = PyDataMem_SetHandler(old);
+    Py_XDECREF(mine);
+    return mine == NULL ? NULL : Py_NewRef(Py_None);
+}
+
+/* _out_cache(limit) -> (limit, bytes kept, blocks kept); limit None:
+ * unchanged, an int >= 0 (beyond size_t: no limit) */
+static PyObject *py_out_cache(PyObject *self, PyObject *args)
+{
+    PyObject *v;
+    core_state *st = PyModule_GetState(self);
+    PARSE("O:_out_cache", &v);
+    out_handler *o = st == NULL ? NULL : PyCapsule_GetPointer(st->handler, "mem_handler");
+    if (o == NULL)
+        return NULL;
+    if (v != Py_None) {
+        int over = 0;
+        const long long n = PyLong_AsLongLongAndOverflow(v, &over);
+        if ((n == -1 && PyErr_Occurred()) || !in_range(over < 0 ? -1 : over > 0 ? 0 : n, 0, LLONG_MAX, "limit"))
+            return NULL;
+        /* (an int beyond long long: more than any memory) */
+        const size_t limit = over > 0 || (unsigned long long)n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+        pe_out_cache_set_limit(&o->c, limit);
+    }
+    return Py_BuildValue("(KKi)", (unsigned long long)o->c.limit,
+                         (unsigned long long)o->c.held, o->c.nkeep);
+}
+
 #define METHOD(name, doc) {#name, py##name, METH_VARARGS, #name doc}
 static PyMethodDef METHODS[] = {
     METHOD(_rope_table, "(positions, inv_freq, attention_scale, interleaved, cos, sin)"),
@@ -627,6 +711,10 @@ static PyMethodDef METHODS[] = {
     {"set_num_threads", py_set_num_threads, METH_VARARGS, "set_num_threads(n) -> threads used"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> threads used"},
     {"_dispatch", py_dispatch, METH_NOARGS, "_dispatch() -> CPU level and ISA per family"},
+    {"_out_cache_enter", py_out_cache_enter, METH_NOARGS,
+     "_out_cache_enter() -> the NumPy allocator replaced by the output cache"},
+    {"_out_cache_exit", py_out_cache_exit, METH_O, "_out_cache_exit(old): NumPy's again"},
+    METHOD(_out_cache, "(limit) -> (limit, bytes kept, blocks kept); limit None: unchanged"),
     {NULL, NULL, 0, NULL}};
 
 /* ---- Module (multi-phase initialisation) */
@@ -661,18 +749,28 @@ static int add_limit(PyObject *m, const char *name, long long value)
 
 static int core_exec(PyObject *m)
 {
-    return PyArray_ImportNumPyAPI() < 0 || PyUFunc_ImportUFuncAPI() < 0 || select_cpu() < 0 ||
+    core_state *st = PyModule_GetState(m);
+    return st == NULL || PyArray_ImportNumPyAPI() < 0 || PyUFunc_ImportUFuncAPI() < 0 ||
+                   (st->handler = out_handler_new()) == NULL || select_cpu() < 0 ||
                    add_gufuncs(m) < 0 || add_limit(m, "MAX_EXTENT", PE_MAX_EXTENT) < 0 ||
                    add_limit(m, "MAX_EXACT", PE_MAX_EXACT) < 0 ||
                    add_limit(m, "MAX_EXACT_DISTANCE", PE_MAX_EXACT_DISTANCE) < 0 ||
-                   add_limit(m, "T5_MAX_BUCKETS", PE_T5_MAX_BUCKETS) < 0
+                   add_limit(m, "T5_MAX_BUCKETS", PE_T5_MAX_BUCKETS) < 0 ||
+                   add_limit(m, "OUT_CACHE_MIN_BYTES", (long long)PE_OUT_CACHE_MIN_BYTES) < 0
                ? -1 : 0;
 }
 
 static PyModuleDef_Slot core_slots[] = {{Py_mod_exec, (void *)core_exec}, {0, NULL}};
 
+static void core_free(void *m)
+{
+    core_state *st = PyModule_GetState(m);
+    if (st != NULL)
+        Py_CLEAR(st->handler);
+}
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "posemb._core", "posemb's C kernels (private; use posemb's API).",
-    0, METHODS, core_slots, NULL, NULL, NULL};
+    sizeof(core_state), METHODS, core_slots, NULL, NULL, core_free};
 
 PyMODINIT_FUNC PyInit__core(void) { return PyModuleDef_Init(&core_module); }

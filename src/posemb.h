@@ -271,6 +271,40 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * allocator's header, so it is always in).  (runtime/memory.c)
  */
 int pe_memory_resident(const void *p);
+
+/*
+ * The output cache: where a large output array's memory goes when its
+ * array is freed, and comes back from for the next output of the same
+ * size.  A fresh allocation of tens of MiB is fresh pages, which the
+ * system zeroes on first touch: measured here, apply_rope into a new
+ * 128 MiB array took 18-23 ms, into a reused one 8-9 ms.  A training or
+ * notebook loop allocates the same output sizes again and again, so the
+ * binding hands NumPy these functions (as its allocator, only while a
+ * posemb call allocates its outputs), and a freed output of at least
+ * PE_OUT_CACHE_MIN_BYTES is kept, up to `limit` bytes in all, the oldest
+ * released first.  Blocks come from malloc, so realloc and free of any of
+ * them stay valid; the cache keeps its own record of each block's size.
+ * Not thread-safe: the binding calls it with the GIL held.
+ * (runtime/memory.c)
+ */
+#define PE_OUT_CACHE_MIN_BYTES ((size_t)4 << 20)
+#define PE_OUT_CACHE_SLOTS 8     /* blocks kept */
+#define PE_OUT_CACHE_LIVE 64     /* blocks handed out and tracked */
+typedef struct { void *p; size_t n; } pe_block;
+typedef struct {
+    size_t limit, held;                      /* bytes: at most, kept now */
+    pe_block keep[PE_OUT_CACHE_SLOTS];       /* oldest first */
+    pe_block live[PE_OUT_CACHE_LIVE];        /* p == NULL: free slot */
+    int nkeep;
+} pe_out_cache;
+void *pe_out_cache_malloc(pe_out_cache *c, size_t n);
+void *pe_out_cache_calloc(pe_out_cache *c, size_t count, size_t size);
+void pe_out_cache_free(pe_out_cache *c, void *p);
+void *pe_out_cache_realloc(pe_out_cache *c, void *p, size_t n);
+/* keep at most limit bytes from now on; 0 releases every block kept */
+void pe_out_cache_set_limit(pe_out_cache *c, size_t limit);
+/* the default limit: 1 GiB, or 1/16 of physical memory if less */
+size_t pe_out_cache_default_limit(void);
 /*
  * ... except x + table (pe_sinusoidal_add_grid), whose plain stores keep up
  * with a copy while x and y stay in the last-level cache: on the reference

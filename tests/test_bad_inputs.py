@@ -371,6 +371,9 @@ SPECS = [
               offset=(SIZE, {}), seq_len=(SIZE, {}), dtype=(DTYPE, dict(optional=True)))),
     Spec("set_num_threads", posemb.set_num_threads, dict(n=posemb.get_num_threads()),
          dict(n=(SIZE, dict(minimum=1)))),
+    Spec("set_output_cache", posemb.set_output_cache,
+         dict(max_bytes=int(posemb._native._out_cache(None)[0])),
+         dict(max_bytes=(SIZE, {}))),
     Spec("show_config", posemb.show_config, dict(print_=False), dict(print_=(FLAG, {}))),
     Spec("sinusoidal", posemb.sinusoidal,
          dict(seq_len=5, dim=7, base=10000.0, start=3, layout="concat", dtype=np.float64),
@@ -1219,7 +1222,8 @@ def test_case_count():
           f"callables, {len(HUGE)} huge-size and {len(EMPTY_BUT_LONG)} empty-but-long cases)")
     public = {name for name in posemb.__all__ if callable(getattr(posemb, name))}
     # bench: a good call runs the benchmark; tests/test_main.py checks its arguments
-    covered = {s.name.split(".")[0] for s in SPECS} | {"get_num_threads", "bench"}
+    covered = {s.name.split(".")[0] for s in SPECS} | {"get_num_threads", "empty_cache",
+                                                  "bench"}
     assert public <= covered, public - covered
     assert n >= 1000
 

@@ -1,9 +1,10 @@
 /*
- * memory.c - the runtime's memory policy: may a kernel use streaming
+ * memory.c - the runtime's memory policy.  May a kernel use streaming
  * (non-temporal) stores into an output?  See pe_memory_resident in posemb.h:
  * only into pages already in memory (a reused out=), never into a fresh
  * allocation, whose pages the kernel zeroes on first touch, leaving them in
- * cache.
+ * cache.  And the output cache (pe_out_cache in posemb.h), which keeps
+ * freed large outputs for the next output of the same size.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1   /* mincore */
@@ -11,9 +12,34 @@
 
 #include "posemb.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #include <unistd.h>
+
+/* Ask for transparent huge pages on a fresh block, as NumPy's own allocator
+ * does from 4 MiB on (with THP set to "madvise", the default of many
+ * distributions, a block gets none without it): the whole pages inside. */
+static void huge_pages(void *p, size_t n)
+{
+    const uintptr_t huge = (uintptr_t)2 << 20, a = ((uintptr_t)p + huge - 1) & ~(huge - 1),
+                    end = ((uintptr_t)p + n) & ~(huge - 1);
+#if defined(MADV_HUGEPAGE)
+    if (end > a)
+        (void)madvise((void *)a, end - a, MADV_HUGEPAGE);
+#else
+    (void)a, (void)end;
+#endif
+}
+
+static size_t physical_memory(void)
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 && (unsigned long)pages <= SIZE_MAX / (unsigned long)page
+               ? (size_t)pages * (size_t)page : 0;
+}
 
 int pe_memory_resident(const void *p)
 {
@@ -31,5 +57,102 @@ int pe_memory_resident(const void *p)
     (void)p;
     return 1;
 }
+
+static void huge_pages(void *p, size_t n) { (void)p, (void)n; }
+static size_t physical_memory(void) { return 0; }
 #endif
+
+size_t pe_out_cache_default_limit(void)
+{
+    const size_t gib = (size_t)1 << 30, ram = physical_memory();
+    return ram != 0 && ram / 16 < gib ? ram / 16 : gib;
+}
+
+/* the oldest kept block, freed */
+static void release_oldest(pe_out_cache *c)
+{
+    free(c->keep[0].p);
+    c->held -= c->keep[0].n;
+    memmove(&c->keep[0], &c->keep[1], (size_t)(--c->nkeep) * sizeof(pe_block));
+}
+
+/* the live slot holding p, or -1 */
+static int live_slot(const pe_out_cache *c, const void *p)
+{
+    for (int i = 0; i < PE_OUT_CACHE_LIVE; i++)
+        if (c->live[i].p == p)
+            return i;
+    return -1;
+}
+
+/* p (just returned by the system) is n bytes: recorded if n is large, and
+ * any record of the same address (a block freed behind the cache's back)
+ * dropped, so a size is never believed that is not the block's */
+static void *track(pe_out_cache *c, void *p, size_t n)
+{
+    int slot;
+    if (p == NULL)
+        return NULL;
+    while ((slot = live_slot(c, p)) >= 0)
+        c->live[slot].p = NULL;
+    if (n >= PE_OUT_CACHE_MIN_BYTES && (slot = live_slot(c, NULL)) >= 0)
+        c->live[slot] = (pe_block){p, n};   /* (no slot left: freed as usual) */
+    return p;
+}
+
+void *pe_out_cache_malloc(pe_out_cache *c, size_t n)
+{
+    if (n >= PE_OUT_CACHE_MIN_BYTES)
+        for (int i = 0; i < c->nkeep; i++)   /* a kept block of this size */
+            if (c->keep[i].n == n) {
+                void *p = c->keep[i].p;
+                c->held -= n;
+                memmove(&c->keep[i], &c->keep[i + 1],
+                        (size_t)(--c->nkeep - i) * sizeof(pe_block));
+                return track(c, p, n);
+            }
+    void *p = malloc(n);
+    if (p != NULL && n >= PE_OUT_CACHE_MIN_BYTES)
+        huge_pages(p, n);
+    return track(c, p, n);
+}
+
+void *pe_out_cache_calloc(pe_out_cache *c, size_t count, size_t size)
+{
+    return track(c, calloc(count, size), 0);   /* (zeroed blocks are not reused) */
+}
+
+void pe_out_cache_free(pe_out_cache *c, void *p)
+{
+    const int slot = p == NULL ? -1 : live_slot(c, p);
+    if (slot < 0) {
+        free(p);
+        return;
+    }
+    const size_t n = c->live[slot].n;
+    c->live[slot].p = NULL;
+    if (n > c->limit) {
+        free(p);
+        return;
+    }
+    while (c->nkeep > 0 && (c->nkeep == PE_OUT_CACHE_SLOTS || c->held > c->limit - n))
+        release_oldest(c);
+    c->keep[c->nkeep++] = (pe_block){p, n};
+    c->held += n;
+}
+
+void *pe_out_cache_realloc(pe_out_cache *c, void *p, size_t n)
+{
+    const int slot = p == NULL ? -1 : live_slot(c, p);
+    if (slot >= 0)   /* resized (or freed): no longer a block of a known size */
+        c->live[slot].p = NULL;
+    return track(c, realloc(p, n), 0);
+}
+
+void pe_out_cache_set_limit(pe_out_cache *c, size_t limit)
+{
+    c->limit = limit;
+    while (c->nkeep > 0 && c->held > limit)
+        release_oldest(c);
+}
 
