@@ -314,7 +314,12 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       ort=ort(x, H, out=y_ort), note="onnxrt: I/O binding into a reused output"))
     cases.append(Case("rope", "half-split new array", label,
                       lambda: posemb.apply_rope(x, cos, sin),
-                      limit=_limit("copy", x, fresh=True), torch=t_half, ort=ort(x, H)))
+                      limit=_limit("copy", x, fresh=True), torch=t_half, ort=ort(x, H),
+                      note="a freed output's memory reused: posemb.set_output_cache"))
+    cases.append(Case("rope", "half-split into fresh memory", label,
+                      lambda: posemb.apply_rope(x, cos, sin, out=np.empty_like(x)),
+                      limit=_limit("copy", x, fresh=True),
+                      note="out=np.empty_like(x): what a new array costs without the cache"))
     t_int = tfn(x, ci, si, True)
     cases.append(Case("rope", "interleaved in place", label,
                       lambda: posemb.apply_rope(xi, ci, si, out=xi, interleaved=True),
