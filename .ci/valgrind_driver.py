@@ -116,6 +116,20 @@ posemb.scaled_dot_product_attention(np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.o
                                     mask=posemb.causal_mask(3, 5),
                                     bias=posemb.alibi_bias(2, 3, 5))
 
+# the output cache: a large output kept, taken back, resized, released
+xc = np.ones((1, 2, 4096, 128), np.float32)            # 4 MiB: the cache's smallest block
+cc, sc = posemb.rope_cos_sin(np.arange(4096), 128)
+y = posemb.apply_rope(xc, cc, sc)
+del y
+y = posemb.apply_rope(xc, cc, sc)
+y.resize((16,), refcheck=False)
+del y
+y = posemb.add_sinusoidal(xc)
+posemb.empty_cache()
+del y
+posemb.set_output_cache(0)
+expect_error(_core._out_cache_exit, 5)
+
 # error paths: Python checks and the C functions' own checks
 expect_error(posemb.apply_rope, np.ones((3, 4)), np.ones((3, 6)), np.ones((3, 6)))
 expect_error(posemb.learned_pe_forward, np.ones((3, 4)), np.ones((2, 4)), np.array([0, 1, 2]))

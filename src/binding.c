@@ -665,6 +665,9 @@ static PyObject *py_out_cache_exit(PyObject *Py_UNUSED(self), PyObject *old)
 {
     if (old == Py_None)
         Py_RETURN_NONE;
+    if (!PyCapsule_IsValid(old, "mem_handler"))
+        return PyErr_SetString(PyExc_TypeError, "_out_cache_exit takes what "
+                               "_out_cache_enter returned"), NULL;
     PyObject *mine = PyDataMem_SetHandler(old);
     Py_XDECREF(mine);
     return mine == NULL ? NULL : Py_NewRef(Py_None);

@@ -111,7 +111,7 @@ void *pe_out_cache_malloc(pe_out_cache *c, size_t n)
                         (size_t)(--c->nkeep - i) * sizeof(pe_block));
                 return track(c, p, n);
             }
-    void *p = malloc(n);
+    void *p = malloc(n > 0 ? n : 1);   /* (never NULL for 0 bytes, as NumPy's own) */
     if (p != NULL && n >= PE_OUT_CACHE_MIN_BYTES)
         huge_pages(p, n);
     return track(c, p, n);
@@ -119,7 +119,8 @@ void *pe_out_cache_malloc(pe_out_cache *c, size_t n)
 
 void *pe_out_cache_calloc(pe_out_cache *c, size_t count, size_t size)
 {
-    return track(c, calloc(count, size), 0);   /* (zeroed blocks are not reused) */
+    /* (zeroed blocks are not reused; never NULL for 0 bytes) */
+    return track(c, count > 0 && size > 0 ? calloc(count, size) : calloc(1, 1), 0);
 }
 
 void pe_out_cache_free(pe_out_cache *c, void *p)
@@ -146,7 +147,7 @@ void *pe_out_cache_realloc(pe_out_cache *c, void *p, size_t n)
     const int slot = p == NULL ? -1 : live_slot(c, p);
     if (slot >= 0)   /* resized (or freed): no longer a block of a known size */
         c->live[slot].p = NULL;
-    return track(c, realloc(p, n), 0);
+    return track(c, realloc(p, n > 0 ? n : 1), 0);
 }
 
 void pe_out_cache_set_limit(pe_out_cache *c, size_t limit)

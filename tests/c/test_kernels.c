@@ -496,6 +496,54 @@ static void test_half(void)
     report(rounding_ok, "float -> half ties to even, every midpoint", 0, 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* The output cache (runtime/memory.c)                                   */
+/* ------------------------------------------------------------------ */
+
+static void test_out_cache(void)
+{
+    const size_t n = PE_OUT_CACHE_MIN_BYTES, small = 4096;
+    pe_out_cache c;
+    memset(&c, 0, sizeof c);
+    c.limit = 3 * n;
+    unsigned char *a = pe_out_cache_malloc(&c, n), *b = pe_out_cache_malloc(&c, n + 64);
+    unsigned char *s = pe_out_cache_malloc(&c, small);
+    report(a != NULL && b != NULL && s != NULL, "out cache: blocks allocated", 0, 0);
+    if (a == NULL || b == NULL || s == NULL)
+        return;
+    memset(a, 1, n);
+    memset(b, 2, n + 64);
+    pe_out_cache_free(&c, s);                    /* small: freed, never kept */
+    pe_out_cache_free(&c, a);
+    report(c.nkeep == 1 && c.held == n, "out cache: a freed large block is kept", 0, 0);
+    unsigned char *a2 = pe_out_cache_malloc(&c, n);
+    report(a2 == a && c.nkeep == 0 && c.held == 0, "out cache: the same size gets it back",
+           0, 0);
+    unsigned char *d = pe_out_cache_malloc(&c, n);   /* none kept: a new block */
+    report(d != NULL && d != a2, "out cache: a second block of the size is new", 0, 0);
+    /* a resized block is forgotten: freed, it is not kept under its old size */
+    unsigned char *r = pe_out_cache_realloc(&c, b, n / 2);
+    report(r != NULL, "out cache: realloc", 0, 0);
+    pe_out_cache_free(&c, r);
+    report(c.nkeep == 0, "out cache: a reallocated block is not kept", 0, 0);
+    /* the limit: 3n held at most, the oldest released first */
+    pe_out_cache_free(&c, a2);
+    pe_out_cache_free(&c, d);
+    unsigned char *e = pe_out_cache_malloc(&c, 2 * n);
+    pe_out_cache_free(&c, e);
+    report(c.nkeep == 2 && c.held == 3 * n && c.keep[0].p == d && c.keep[1].p == e,
+           "out cache: over the limit the oldest goes", 0, 0);
+    pe_out_cache_set_limit(&c, 0);
+    report(c.nkeep == 0 && c.held == 0, "out cache: limit 0 frees every block", 0, 0);
+    unsigned char *f = pe_out_cache_malloc(&c, n);
+    pe_out_cache_free(&c, f);
+    report(c.nkeep == 0, "out cache: limit 0 keeps nothing", 0, 0);
+    unsigned char *z = pe_out_cache_calloc(&c, 0, 8), *m = pe_out_cache_malloc(&c, 0);
+    report(z != NULL && m != NULL, "out cache: 0 bytes give a block", 0, 0);
+    pe_out_cache_free(&c, z);
+    pe_out_cache_free(&c, m);
+}
+
 int main(void)
 {
 #if defined(__aarch64__)
@@ -514,6 +562,7 @@ int main(void)
     test_rope_table();
     test_sinusoidal_table();
     test_half();
+    test_out_cache();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
