@@ -128,7 +128,8 @@ y = posemb.add_sinusoidal(xc)
 posemb.empty_cache()
 del y
 posemb.set_output_cache(0)
-expect_error(_core._out_cache_exit, 5)
+expect_error(_core._out_cache_empty, (2, -3), np.dtype(np.float32))
+expect_error(_core._out_cache_empty, (2, 3), np.float32)
 
 # error paths: Python checks and the C functions' own checks
 expect_error(posemb.apply_rope, np.ones((3, 4)), np.ones((3, 6)), np.ones((3, 6)))

@@ -23,7 +23,7 @@ import numpy as np
 from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
-from ._threads import new_output
+from ._threads import cached_output
 
 __all__ = ["learned_pe_forward", "learned_pe_backward", "LearnedPE"]
 
@@ -103,7 +103,9 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
     pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
     x, (pos,) = _checks.dask_operands(x, (pos,), (-1,), others_core=0)
     if out is None:
-        return new_output(x, _core.learned_pe_fwd, x, pos, weight)
+        y = cached_output(x, x.shape, np.result_type(x.dtype, weight.dtype))
+        return _core.learned_pe_fwd(x, pos, weight) if y is None else \
+            _core.learned_pe_fwd(x, pos, weight, out=y)
     return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
 
 

@@ -22,7 +22,7 @@ from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
 from ._rope_scaling import normalize_scaling, rope_scaling_parameters
-from ._threads import _OUT_CACHE_MIN, new_output
+from ._threads import _OUT_CACHE_MIN, cached_output
 
 __all__ = [
     "rope_inv_freq",
@@ -81,9 +81,10 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
         cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
     try:
         if out is None:
-            if x.nbytes < _OUT_CACHE_MIN:
-                return ufuncs[interleaved](x, cos, sin)
-            return new_output(x, ufuncs[interleaved], x, cos, sin)
+            y = cached_output(x, np.broadcast_shapes(x.shape[:-3], cos.shape[:-2])
+                              + x.shape[-3:]) if x.nbytes >= _OUT_CACHE_MIN else None
+            return ufuncs[interleaved](x, cos, sin) if y is None else \
+                ufuncs[interleaved](x, cos, sin, out=y)
         return ufuncs[interleaved](x, cos, sin, out=x)
     except (ValueError, MemoryError):
         return None
@@ -103,8 +104,16 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
     operands.  Broadcasting and ``out`` are checked by NumPy; only when it
     refuses are they re-checked to name the argument.
     """
-    if out is None:    # a new output: from the output cache if large
-        return new_output(x, _apply_to, kind, x, cos, sin, None, name, ufuncs)
+    if out is None and ufuncs is _UFUNCS and type(cos) is _ND and type(sin) is _ND \
+            and getattr(x, "nbytes", 0) >= _OUT_CACHE_MIN:
+        # a large new output: from the output cache, where shapes and
+        # dtypes are plain (else NumPy allocates it, and names any error)
+        try:
+            lead = np.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1])
+            out = cached_output(x, lead + x.shape[-1:],
+                                np.result_type(x.dtype, cos.dtype, sin.dtype))
+        except (ValueError, TypeError, IndexError):
+            out = None
     return _apply_to(kind, x, cos, sin, out, name, ufuncs)
 
 

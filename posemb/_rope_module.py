@@ -22,7 +22,7 @@ from ._conventions import rope_convention
 from ._rope_scaling import (_get, frequency_regime, layer_rope_parameters, normalize_scaling,
                             rope_scaling_parameters)
 from ._rope_variants import apply_rope_varlen
-from ._threads import _OUT_CACHE_MIN, instance_lock, new_output
+from ._threads import _OUT_CACHE_MIN, cached_output, instance_lock
 
 __all__ = ["RoPE", "rope_config"]
 
@@ -364,7 +364,9 @@ class RoPE:
                     f"{tuple(x.shape[:-1])}") from None
             positions = np.moveaxis(pos, sa, -1)
         if out is None and isinstance(x, np.ndarray):
-            out = new_output(x, np.empty, x.shape, dtype=x.dtype)
+            out = cached_output(x)
+            if out is None:
+                out = np.empty(x.shape, dtype=x.dtype)
         if out is None:      # a ufunc-protocol array (dask): NumPy's moveaxis views
             return np.moveaxis(method(np.moveaxis(x, sa, -2), positions, offset=offset),
                                -2, sa)
@@ -393,8 +395,9 @@ class RoPE:
                             if x.nbytes < _OUT_CACHE_MIN:
                                 return _FAST_FWD[self.interleaved](x, cos[offset:stop],
                                                                    sin[offset:stop])
-                            return new_output(x, _FAST_FWD[self.interleaved], x,
-                                              cos[offset:stop], sin[offset:stop])
+                            return _FAST_FWD[self.interleaved](x, cos[offset:stop],
+                                                               sin[offset:stop],
+                                                               out=cached_output(x))
                         return _FAST_FWD[self.interleaved](x, cos[offset:stop],
                                                            sin[offset:stop], out=x)
                     except (ValueError, MemoryError):  # a read-only out, a broadcast x:

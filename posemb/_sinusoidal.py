@@ -25,7 +25,7 @@ import numpy as np
 from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
-from ._threads import instance_lock, new_output
+from ._threads import cached_output, instance_lock
 
 __all__ = ["sinusoidal", "add_sinusoidal", "AbsolutePE"]
 
@@ -191,7 +191,9 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
     table = _table(seq, dim, base, start, _concat(layout), work)
     x = _checks.dask_operands(x, (), (-2, -1))[0]
     if out is None:
-        return new_output(x, _core.sinusoidal_add_rows, x, table)
+        y = cached_output(x)
+        return _core.sinusoidal_add_rows(x, table) if y is None else \
+            _core.sinusoidal_add_rows(x, table, out=y)
     return _core.sinusoidal_add_rows(x, table, out=_checks.out_operand(out, x.shape))
 
 
@@ -326,14 +328,12 @@ class AbsolutePE:
             raise ValueError(
                 f"seq ({seq}) + start ({start}) must not exceed max_length ({self.max_length})")
         rows = self._table(_work_dtype(np.dtype(x.dtype)))[start:start + seq]
-        if out is not None:
-            out = _checks.out_operand(out, x.shape)
+        out = cached_output(x) if out is None else _checks.out_operand(out, x.shape)
         x = _checks.dask_operands(x, (), (sa, fa))[0]
         # (seq, features) core axes, broadcast over the others; the kernel
         # walks position blocks with every batch inside (one table read)
         if sa == ndim - 2 and fa == ndim - 1:
-            return new_output(x, _core.sinusoidal_add_rows, x, rows, out=out)
-        return new_output(x, _core.sinusoidal_add_rows, x, rows, out=out,
-                          axes=[(sa, fa), (0, 1), (sa, fa)])
+            return _core.sinusoidal_add_rows(x, rows, out=out)
+        return _core.sinusoidal_add_rows(x, rows, out=out, axes=[(sa, fa), (0, 1), (sa, fa)])
 
     forward = __call__

@@ -9,6 +9,8 @@ import warnings
 import weakref
 from typing import Any
 
+import numpy as np
+
 from . import _checks
 from . import _native as _core
 
@@ -51,19 +53,22 @@ def get_num_threads() -> int:
 
 # Outputs at least this large come from (and return to) the output cache.
 _OUT_CACHE_MIN = int(_core.OUT_CACHE_MIN_BYTES)
+_CACHED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def new_output(x: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, a call whose result is a new array as large
-    as ``x``: with posemb's output cache as NumPy's allocator when ``x`` is
-    large (see set_output_cache)."""
-    if getattr(x, "nbytes", 0) < _OUT_CACHE_MIN:
-        return fn(*args, **kwargs)
-    old = _core._out_cache_enter()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        _core._out_cache_exit(old)
+def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | None:
+    """A new empty array of ``shape`` and ``dtype`` (default: ``x``'s) for
+    a posemb output computed from ``x``, from the output cache (see
+    set_output_cache) -- or None, and NumPy allocates the output as usual:
+    ``x`` is not a plain float ndarray, or the output is small.  (Every
+    output holds at least ``x``'s bytes, so a small ``x`` is checked first.)"""
+    if type(x) is not np.ndarray or x.nbytes < _OUT_CACHE_MIN:
+        return None
+    shape = x.shape if shape is None else tuple(shape)
+    dtype = x.dtype if dtype is None else np.dtype(dtype)
+    if dtype not in _CACHED_DTYPES or x.dtype not in _CACHED_DTYPES:
+        return None
+    return _core._out_cache_empty(shape, dtype)
 
 
 def set_output_cache(max_bytes: int) -> int:
@@ -79,7 +84,10 @@ def set_output_cache(max_bytes: int) -> int:
     is 1 GiB, or 1/16 of physical memory if that is less, and the
     environment variable ``POSEMB_OUTPUT_CACHE`` (bytes) sets the initial
     value.  ``0`` turns the cache off and frees what it holds.  Only
-    posemb's outputs use it: no other array is affected.
+    posemb's own outputs (float16/32/64 ndarrays) use it: no other array,
+    and nothing NumPy allocates inside a posemb call, is affected.  Kept
+    memory stays resident (``tracemalloc`` counts it as freed), and the
+    default limit counts a container's memory limit (cgroups) as its RAM.
 
     Examples
     --------

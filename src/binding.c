@@ -610,13 +610,12 @@ PYFN(_dispatch)
 }
 
 /* ---- The output cache (runtime/memory.c's pe_out_cache) as a NumPy
- * allocator.  The Python layer installs it only around a call that
- * allocates large outputs (_out_cache_enter / _out_cache_exit: NumPy keeps
- * the allocator in a context variable), and every array it allocated frees
- * through it, whenever that is.  NumPy allocates and frees array memory
- * with the GIL held, which is the cache's lock (so no free-threaded build
- * installs it).  The capsule owns the cache: arrays hold references to it,
- * so it lives until the last of them is freed. */
+ * allocator.  It is installed only for the allocation of one large output
+ * (_out_cache_empty; NumPy keeps the allocator in a context variable), and
+ * every array it allocated frees (or resizes) through it, whenever that is:
+ * NumPy does both with the GIL held, which is the cache's lock (so no
+ * free-threaded build installs it).  The capsule owns the cache: arrays
+ * hold references to it, so it lives until the last of them is freed. */
 
 typedef struct { PyDataMem_Handler h; pe_out_cache c; } out_handler;
 typedef struct { PyObject *handler; } core_state;   /* the module's state */
@@ -650,27 +649,35 @@ static PyObject *out_handler_new(void)
     return capsule;
 }
 
-/* -> the allocator it replaced, for _out_cache_exit (None: not installed) */
-static PyObject *py_out_cache_enter(PyObject *self, PyObject *Py_UNUSED(args))
+/* _out_cache_empty(shape, dtype) -> a new uninitialised array whose memory
+ * comes from (and returns to) the output cache: the cache is NumPy's
+ * allocator for this one allocation, installed and restored here, where no
+ * Python code (no signal handler, no __array_finalize__: a base-class
+ * array) can run between the two. */
+static PyObject *py_out_cache_empty(PyObject *self, PyObject *args)
 {
-#ifdef Py_GIL_DISABLED
-    return (void)self, Py_NewRef(Py_None);
-#else
+    PyObject *shape, *dtype, *a, *old;
+    npy_intp dims[NPY_MAXDIMS];
     core_state *st = PyModule_GetState(self);
-    return st == NULL ? NULL : PyDataMem_SetHandler(st->handler);
+    PARSE("OO!:_out_cache_empty", &shape, &PyArrayDescr_Type, &dtype);
+    const int nd = PyArray_IntpFromSequence(shape, dims, NPY_MAXDIMS);
+    if (st == NULL || nd < 0)
+        return NULL;
+#ifdef Py_GIL_DISABLED   /* (the cache's lock is the GIL) */
+    old = Py_NewRef(Py_None);
+#else
+    if ((old = PyDataMem_SetHandler(st->handler)) == NULL)
+        return NULL;
 #endif
-}
-
-static PyObject *py_out_cache_exit(PyObject *Py_UNUSED(self), PyObject *old)
-{
-    if (old == Py_None)
-        Py_RETURN_NONE;
-    if (!PyCapsule_IsValid(old, "mem_handler"))
-        return PyErr_SetString(PyExc_TypeError, "_out_cache_exit takes what "
-                               "_out_cache_enter returned"), NULL;
-    PyObject *mine = PyDataMem_SetHandler(old);
-    Py_XDECREF(mine);
-    return mine == NULL ? NULL : Py_NewRef(Py_None);
+    a = PyArray_Empty(nd, dims, (PyArray_Descr *)Py_NewRef(dtype), 0);
+    if (old != Py_None) {
+        PyObject *mine = PyDataMem_SetHandler(old);
+        if (mine == NULL)
+            Py_CLEAR(a);
+        Py_XDECREF(mine);
+    }
+    Py_DECREF(old);
+    return a;
 }
 
 /* _out_cache(limit) -> (limit, bytes kept, blocks kept); limit None:
@@ -714,9 +721,7 @@ static PyMethodDef METHODS[] = {
     {"set_num_threads", py_set_num_threads, METH_VARARGS, "set_num_threads(n) -> threads used"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> threads used"},
     {"_dispatch", py_dispatch, METH_NOARGS, "_dispatch() -> CPU level and ISA per family"},
-    {"_out_cache_enter", py_out_cache_enter, METH_NOARGS,
-     "_out_cache_enter() -> the NumPy allocator replaced by the output cache"},
-    {"_out_cache_exit", py_out_cache_exit, METH_O, "_out_cache_exit(old): NumPy's again"},
+    METHOD(_out_cache_empty, "(shape, dtype) -> a new array from the output cache"),
     METHOD(_out_cache, "(limit) -> (limit, bytes kept, blocks kept); limit None: unchanged"),
     {NULL, NULL, 0, NULL}};
 

@@ -303,7 +303,7 @@ void pe_out_cache_free(pe_out_cache *c, void *p);
 void *pe_out_cache_realloc(pe_out_cache *c, void *p, size_t n);
 /* keep at most limit bytes from now on; 0 releases every block kept */
 void pe_out_cache_set_limit(pe_out_cache *c, size_t limit);
-/* the default limit: 1 GiB, or 1/16 of physical memory if less */
+/* the default limit: 1 GiB, or 1/16 of RAM (or of a cgroup memory limit) if less */
 size_t pe_out_cache_default_limit(void);
 /*
  * ... except x + table (pe_sinusoidal_add_grid), whose plain stores keep up

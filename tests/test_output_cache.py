@@ -101,6 +101,42 @@ def test_each_family_new_output_comes_from_the_cache_and_is_right(call):
     assert np.array_equal(again, want)
 
 
+def test_only_the_output_is_cached():
+    """NumPy's own allocations inside a call (a cast copy of x) are not
+    cached, and a caller's out= takes nothing from the cache."""
+    x, cos, sin = big(dtype=np.float16, seq=4096)
+    c32, s32 = cos.astype(np.float32), sin.astype(np.float32)
+    y = posemb.apply_rope(x, c32, s32)           # float32 out; x cast to float32 inside
+    assert y.dtype == np.float32 and handler_name(y) == "posemb_output_cache"
+    del y
+    assert kept()[1:] == (x.nbytes * 2, 1)       # the output only
+    posemb.empty_cache()
+    xa = x.astype(np.float32)
+    out = np.empty_like(xa)
+    assert posemb.AbsolutePE(128, 4096)(xa, out=out) is out
+    assert posemb.add_sinusoidal(xa, out=out) is out
+    assert kept()[1:] == (0, 0) and handler_name(out) == "default_allocator"
+
+
+class Recorder(np.ndarray):
+    """Records NumPy's allocator whenever Python code runs inside a call."""
+    seen: list = []
+
+    def __array_finalize__(self, obj):
+        Recorder.seen.append(handler_name())
+
+
+def test_no_python_code_runs_under_the_cache():
+    x, cos, sin = big()
+    xs = x.view(Recorder)
+    Recorder.seen.clear()
+    for call in (lambda: posemb.apply_rope(xs, cos, sin), lambda: posemb.add_sinusoidal(xs),
+                 lambda: posemb.RoPE(128, 4096)(xs), lambda: posemb.apply_rope(x, cos, sin)):
+        call()
+    assert Recorder.seen and set(Recorder.seen) == {"default_allocator"}
+    assert handler_name() == "default_allocator"
+
+
 def test_a_view_keeps_its_block():
     x, cos, sin = big()
     y = posemb.apply_rope(x, cos, sin)
