@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+import posemb  # noqa: E402
 import posemb.torch as pt  # noqa: E402
 
 
@@ -103,3 +104,28 @@ def test_no_grad_broadcasting_as_hf(q_shape, table_shape):
     with pytest.raises(ValueError, match="must broadcast"):
         pt.apply_rotary_pos_emb(q, k, torch.randn(1, 7, 8, dtype=torch.float64),
                                 torch.randn(1, 7, 8, dtype=torch.float64))
+
+
+def test_large_no_grad_outputs_reuse_the_output_cache():
+    """A large result under no_grad is a NumPy output wrapped by
+    torch.from_numpy: its memory returns to posemb's output cache when the
+    tensor is freed, and the next call of that size reuses it."""
+    limit = posemb._native._out_cache(None)[0]
+    posemb.empty_cache()
+    try:
+        q, k = torch.randn(1, 32, 1024, 128), torch.randn(1, 8, 1024, 128)
+        cos, sin = pt.RotaryEmbedding(dim=128)(q, torch.arange(1024)[None])
+        want = hf(q, cos[:, None], sin[:, None]), hf(k, cos[:, None], sin[:, None])
+        with torch.no_grad():
+            a, b = pt.apply_rotary_pos_emb(q, k, cos, sin)
+            where = a.data_ptr()
+            a.fill_(float("nan"))
+            del a, b
+            assert posemb._native._out_cache(None)[1:] == ((q.numel() + k.numel()) * 4, 2)
+            a, b = pt.apply_rotary_pos_emb(q, k, cos, sin)
+        assert a.data_ptr() == where
+        torch.testing.assert_close(a, want[0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(b, want[1], rtol=1e-6, atol=1e-6)
+    finally:
+        posemb.set_output_cache(limit)
+        posemb.empty_cache()
