@@ -54,6 +54,15 @@ _ND = np.ndarray
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
+def _new_result(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """``ufunc(x, cos, sin)``, a RoPE gufunc (x (..., h, s, d), tables
+    (..., s, r)), into a new array: the output cache's when large."""
+    if x.nbytes < _OUT_CACHE_MIN:
+        return ufunc(x, cos, sin)
+    return ufunc(x, cos, sin, out=cached_output(
+        x, np.broadcast_shapes(x.shape[:-3], cos.shape[:-2]) + x.shape[-3:]))
+
+
 def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved: Any,
                seq_axis: Any, out: Any) -> Any:
     """The gufunc called directly, or None for the long road.
@@ -81,10 +90,7 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
         cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
     try:
         if out is None:
-            y = cached_output(x, np.broadcast_shapes(x.shape[:-3], cos.shape[:-2])
-                              + x.shape[-3:]) if x.nbytes >= _OUT_CACHE_MIN else None
-            return ufuncs[interleaved](x, cos, sin) if y is None else \
-                ufuncs[interleaved](x, cos, sin, out=y)
+            return _new_result(ufuncs[interleaved], x, cos, sin)
         return ufuncs[interleaved](x, cos, sin, out=x)
     except (ValueError, MemoryError):
         return None

@@ -15,14 +15,15 @@ import numpy as np
 
 from . import _checks
 from ._bfloat16 import accepts_bfloat16
-from ._rope import _F16, _F32, _F64, _FAST_FWD, _apply, _kind, _seq_axis, _tables
+from ._rope import (_F16, _F32, _F64, _FAST_FWD, _apply, _kind, _new_result, _seq_axis,
+                    _tables)
 
 _NO_TABLES = ((), ())
 from ._conventions import rope_convention
 from ._rope_scaling import (_get, frequency_regime, layer_rope_parameters, normalize_scaling,
                             rope_scaling_parameters)
 from ._rope_variants import apply_rope_varlen
-from ._threads import _OUT_CACHE_MIN, cached_output, instance_lock
+from ._threads import instance_lock, new_output
 
 __all__ = ["RoPE", "rope_config"]
 
@@ -364,9 +365,7 @@ class RoPE:
                     f"{tuple(x.shape[:-1])}") from None
             positions = np.moveaxis(pos, sa, -1)
         if out is None and isinstance(x, np.ndarray):
-            out = cached_output(x)
-            if out is None:
-                out = np.empty(x.shape, dtype=x.dtype)
+            out = new_output(x)
         if out is None:      # a ufunc-protocol array (dask): NumPy's moveaxis views
             return np.moveaxis(method(np.moveaxis(x, sa, -2), positions, offset=offset),
                                -2, sa)
@@ -392,12 +391,8 @@ class RoPE:
                 if len(cos) >= stop:
                     try:
                         if out is None:
-                            if x.nbytes < _OUT_CACHE_MIN:
-                                return _FAST_FWD[self.interleaved](x, cos[offset:stop],
-                                                                   sin[offset:stop])
-                            return _FAST_FWD[self.interleaved](x, cos[offset:stop],
-                                                               sin[offset:stop],
-                                                               out=cached_output(x))
+                            return _new_result(_FAST_FWD[self.interleaved], x,
+                                               cos[offset:stop], sin[offset:stop])
                         return _FAST_FWD[self.interleaved](x, cos[offset:stop],
                                                            sin[offset:stop], out=x)
                     except (ValueError, MemoryError):  # a read-only out, a broadcast x:

@@ -17,7 +17,7 @@ from . import _checks
 from . import _native as _core
 from ._rope import _rotate_qk_unsqueezed, _tables, rope_inv_freq
 from ._rope_scaling import rope_scaling_parameters
-from ._threads import cached_output
+from ._threads import new_output
 
 __all__ = [
     "apply_rope_varlen",
@@ -139,9 +139,7 @@ def apply_rope_varlen(x: Any, cu_seqlens: Any, cos: Any, sin: Any, *,
     cw = np.require(cos, dtype=work, requirements=["A"])
     sw = np.require(sin, dtype=work, requirements=["A"])
     if out is None:
-        out = cached_output(xw, x.shape, work)
-        if out is None:
-            out = np.empty(x.shape, dtype=work)
+        out = new_output(xw, x.shape, work)
         target = out
     else:
         if not isinstance(out, np.ndarray):

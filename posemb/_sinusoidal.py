@@ -190,10 +190,8 @@ def add_sinusoidal(x: Any, *, start: int = 0, base: float = 10000.0,
                          what=f"x + the ({seq}, {dim}) {work.name} table")
     table = _table(seq, dim, base, start, _concat(layout), work)
     x = _checks.dask_operands(x, (), (-2, -1))[0]
-    if out is None:
-        y = cached_output(x)
-        return _core.sinusoidal_add_rows(x, table) if y is None else \
-            _core.sinusoidal_add_rows(x, table, out=y)
+    if out is None:    # (None when x is small or not a float ndarray: NumPy allocates)
+        return _core.sinusoidal_add_rows(x, table, out=cached_output(x))
     return _core.sinusoidal_add_rows(x, table, out=_checks.out_operand(out, x.shape))
 
 

@@ -71,6 +71,13 @@ def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | 
     return _core._out_cache_empty(shape, dtype)
 
 
+def new_output(x: np.ndarray, shape: Any = None, dtype: Any = None) -> np.ndarray:
+    """cached_output's array, else np.empty(shape, dtype) (default: x's)."""
+    out = cached_output(x, shape, dtype)
+    return np.empty(x.shape if shape is None else shape,
+                    x.dtype if dtype is None else dtype) if out is None else out
+
+
 def set_output_cache(max_bytes: int) -> int:
     """Keep up to ``max_bytes`` of freed large outputs for reuse; returns the previous limit.
 

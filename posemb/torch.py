@@ -57,17 +57,7 @@ from posemb import _rope as _rope_bits
 
 #: the half-split forward gufunc, for the decode step's direct call
 _ROPE_HALF_FWD = _rope_bits._FAST_FWD[False]
-_OUT_CACHE_MIN = posemb._threads._OUT_CACHE_MIN
-
-
-def _rope_half_new(x: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """The half-split gufunc into a new array (the output cache's when
-    large: posemb.set_output_cache), x (..., h, s, d), tables (..., s, r)."""
-    if x.nbytes < _OUT_CACHE_MIN:
-        return _ROPE_HALF_FWD(x, c, s)
-    y = posemb._threads.cached_output(x, np.broadcast_shapes(x.shape[:-3], c.shape[:-2])
-                                      + x.shape[-3:])
-    return _ROPE_HALF_FWD(x, c, s) if y is None else _ROPE_HALF_FWD(x, c, s, out=y)
+_NEW_RESULT = _rope_bits._new_result    # (into the output cache when large)
 
 __all__ = [
     "apply_rope",
@@ -431,8 +421,8 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
             # batch axes itself; what it refuses takes the long road below,
             # which names the argument
             try:
-                return (torch.from_numpy(_rope_half_new(qn, cn, sn)),
-                        torch.from_numpy(_rope_half_new(kn, cn, sn)))
+                return (torch.from_numpy(_NEW_RESULT(_ROPE_HALF_FWD, qn, cn, sn)),
+                        torch.from_numpy(_NEW_RESULT(_ROPE_HALF_FWD, kn, cn, sn)))
             except (ValueError, MemoryError):
                 pass
         cn = cn.reshape(cs[:ax] + (1,) + cs[ax:])

@@ -691,13 +691,14 @@ static PyObject *py_out_cache(PyObject *self, PyObject *args)
     if (o == NULL)
         return NULL;
     if (v != Py_None) {
-        int over = 0;
+        int over = 0;    /* (+1: an int beyond long long, more than any memory) */
         const long long n = PyLong_AsLongLongAndOverflow(v, &over);
-        if ((n == -1 && PyErr_Occurred()) || !in_range(over < 0 ? -1 : over > 0 ? 0 : n, 0, LLONG_MAX, "limit"))
+        if (n == -1 && PyErr_Occurred())
             return NULL;
-        /* (an int beyond long long: more than any memory) */
-        const size_t limit = over > 0 || (unsigned long long)n > SIZE_MAX ? SIZE_MAX : (size_t)n;
-        pe_out_cache_set_limit(&o->c, limit);
+        if (over < 0 || (over == 0 && n < 0))
+            return PyErr_SetString(PyExc_ValueError, "limit must be >= 0"), NULL;
+        pe_out_cache_set_limit(&o->c, over > 0 || (unsigned long long)n > SIZE_MAX
+                                          ? SIZE_MAX : (size_t)n);
     }
     return Py_BuildValue("(KKi)", (unsigned long long)o->c.limit,
                          (unsigned long long)o->c.held, o->c.nkeep);

@@ -139,6 +139,12 @@ ptrdiff_t pe_cache_l2_bytes(void);
 /* The last-level (L3) cache size, read once at run time (the L2 size where
  * the system does not say). */
 ptrdiff_t pe_cache_llc_bytes(void);
+/* The first line of a small text file (sysfs, cgroups) into buf, without
+ * its newline: 1, or 0 if the file cannot be read.  (runtime/pool.c) */
+int pe_file_line(const char *path, char *buf, size_t n);
+/* A number of bytes from that line ("1048576", "32768K"; K/M/G suffixes),
+ * or 0 (no file, "max", not a number). */
+size_t pe_file_bytes(const char *path);
 /*
  * Work below this many bytes touched per thread runs on one thread: two
  * of one core's L2 (pe_cache_l2_bytes; an in-place vector counts its bytes

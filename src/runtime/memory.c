@@ -12,7 +12,6 @@
 
 #include "posemb.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,27 +34,14 @@ static void huge_pages(void *p, size_t n)
 #endif
 }
 
-/* a number of bytes from the first line of a file, or 0 ("max", none) */
-static size_t bytes_in_file(const char *path)
-{
-    unsigned long long v = 0;
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    if (fscanf(f, "%llu", &v) != 1)
-        v = 0;
-    fclose(f);
-    return v > SIZE_MAX ? SIZE_MAX : (size_t)v;
-}
-
 /* RAM, or a container's memory limit (cgroup v2, else v1) if less */
 static size_t physical_memory(void)
 {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t ram = pages > 0 && page > 0 && (unsigned long)pages <= SIZE_MAX / (unsigned long)page
                      ? (size_t)pages * (size_t)page : 0;
-    const size_t v2 = bytes_in_file("/sys/fs/cgroup/memory.max"),
-                 v1 = bytes_in_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    const size_t v2 = pe_file_bytes("/sys/fs/cgroup/memory.max"),
+                 v1 = pe_file_bytes("/sys/fs/cgroup/memory/memory.limit_in_bytes");
     const size_t cg = v2 != 0 ? v2 : v1;
     return cg != 0 && (ram == 0 || cg < ram) ? cg : ram;
 }

@@ -24,9 +24,31 @@
 #endif
 #include "posemb.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int pe_file_line(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    const int ok = f != NULL && n > 1 && fgets(buf, (int)(n < INT_MAX ? n : INT_MAX), f) != NULL;
+    if (f != NULL)
+        fclose(f);
+    if (ok)
+        buf[strcspn(buf, "\n")] = '\0';
+    return ok;
+}
+
+size_t pe_file_bytes(const char *path)
+{
+    char text[32], *end;
+    if (!pe_file_line(path, text, sizeof text) || text[0] < '0' || text[0] > '9')
+        return 0;
+    const unsigned long long v = strtoull(text, &end, 10);
+    const unsigned shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    return v > (SIZE_MAX >> shift) ? SIZE_MAX : (size_t)v << shift;
+}
 
 #if defined(_WIN32) || defined(POSEMB_NO_THREADS)
 
@@ -78,33 +100,18 @@ static long sysfs_cache_bytes(int level)
 {
     long best_level = 0, best = 0;
     for (int i = 0; i < 16; i++) {
-        char path[96], text[32];
-        long lv = 0, size = 0;
-        int ok = 1;
-        for (int f = 0; f < 3 && ok; f++) {
-            static const char *const names[3] = {"level", "type", "size"};
-            FILE *fp;
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i,
-                     names[f]);
-            fp = fopen(path, "r");
-            ok = fp != NULL && fgets(text, sizeof text, fp) != NULL;
-            if (fp != NULL)
-                fclose(fp);
-            if (!ok)
-                break;
-            if (f == 0)
-                lv = strtol(text, NULL, 10);
-            else if (f == 1)
-                ok = strncmp(text, "Instruction", 11) != 0;
-            else {
-                char *end;
-                size = strtol(text, &end, 10);
-                size *= *end == 'K' ? 1L << 10 : *end == 'M' ? 1L << 20 : *end == 'G' ? 1L << 30 : 1;
-            }
-        }
-        if (ok && size > 0 && (level == 0 ? lv > best_level : lv == level)) {
+        char path[96], type[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (!pe_file_line(path, type, sizeof type))
+            break;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        const long lv = (long)pe_file_bytes(path);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        const size_t size = pe_file_bytes(path);
+        if (strncmp(type, "Instruction", 11) != 0 && size > 0 && size <= LONG_MAX &&
+            (level == 0 ? lv > best_level : lv == level)) {
             best_level = lv;
-            best = size;
+            best = (long)size;
         }
     }
     return best;

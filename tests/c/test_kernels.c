@@ -544,6 +544,30 @@ static void test_out_cache(void)
     pe_out_cache_free(&c, m);
 }
 
+/* pe_file_line / pe_file_bytes (runtime/memory.c): sysfs and cgroup values */
+static void test_file_bytes(void)
+{
+    static const struct { const char *text; size_t want; } cases[] = {
+        {"1048576\n", 1048576}, {"32768K\n", (size_t)32 << 20}, {"2M", (size_t)2 << 20},
+        {"max\n", 0}, {"\n", 0}, {"-5\n", 0}};
+    const char *path = "pe_file_bytes_test.tmp";
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        if (f == NULL || fputs(cases[i].text, f) < 0) {
+            ok = 0;
+            if (f != NULL)
+                fclose(f);
+            break;
+        }
+        fclose(f);
+        ok &= pe_file_bytes(path) == cases[i].want;
+    }
+    remove(path);
+    report(ok, "file bytes: numbers, K/M suffixes, max, empty, negative", 0, 0);
+    report(pe_file_bytes("/no/such/posemb/file") == 0, "file bytes: a missing file is 0", 0, 0);
+}
+
 int main(void)
 {
 #if defined(__aarch64__)
@@ -563,6 +587,7 @@ int main(void)
     test_sinusoidal_table();
     test_half();
     test_out_cache();
+    test_file_bytes();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
