@@ -54,7 +54,7 @@ _ND = np.ndarray
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
-def _new_result(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+def _new_result(ufunc: Any, x: np.ndarray, cos: Any, sin: Any) -> np.ndarray:
     """``ufunc(x, cos, sin)``, a RoPE gufunc (x (..., h, s, d), tables
     (..., s, r)), into a new array: the output cache's when large."""
     if x.nbytes < _OUT_CACHE_MIN:
