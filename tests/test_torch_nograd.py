@@ -129,3 +129,41 @@ def test_large_no_grad_outputs_reuse_the_output_cache():
     finally:
         posemb.set_output_cache(limit)
         posemb.empty_cache()
+
+
+def test_large_autograd_outputs_and_gradients_reuse_the_output_cache():
+    """With autograd too, forward results and input gradients are posemb
+    outputs wrapped by torch.from_numpy: freed, their memory goes back to
+    the output cache, and the next step of the same shapes reuses it (the
+    values are HF's formula and its autograd gradients)."""
+    limit = posemb._native._out_cache(None)[0]
+    posemb.empty_cache()
+    try:
+        gen = torch.Generator().manual_seed(3)
+        q = torch.randn(1, 32, 1024, 128, generator=gen, requires_grad=True)
+        k = torch.randn(1, 8, 1024, 128, generator=gen, requires_grad=True)
+        gq, gk = torch.randn(q.shape, generator=gen), torch.randn(k.shape, generator=gen)
+        cos, sin = pt.RotaryEmbedding(dim=128)(q, torch.arange(1024)[None])
+        qr, kr = q.detach().clone().requires_grad_(True), k.detach().clone().requires_grad_(True)
+        torch.autograd.backward((hf(qr, cos[:, None], sin[:, None]),
+                                 hf(kr, cos[:, None], sin[:, None])), (gq, gk))
+        used = set()
+        for step in range(2):
+            qe, ke = pt.apply_rotary_pos_emb(q, k, cos, sin)
+            torch.autograd.backward((qe, ke), (gq, gk))
+            ptrs = {qe.data_ptr(), ke.data_ptr(), q.grad.data_ptr(), k.grad.data_ptr()}
+            if step:
+                assert ptrs == used            # every block came back from the cache
+            used = ptrs
+            torch.testing.assert_close(qe, hf(q.detach(), cos[:, None], sin[:, None]),
+                                       rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(q.grad, qr.grad, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(k.grad, kr.grad, rtol=1e-6, atol=1e-6)
+            for t in (qe, ke, q.grad, k.grad):
+                t.detach().fill_(float("nan"))     # reused memory is overwritten
+            del t, qe, ke
+            q.grad = k.grad = None
+            assert posemb._native._out_cache(None)[2] == 4
+    finally:
+        posemb.set_output_cache(limit)
+        posemb.empty_cache()
