@@ -912,10 +912,9 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
  * The kernels of the dispatched CPU level (pe_rope_dispatch, called once
  * at import): full[kind][type] for any vectors (type 0..3: float16,
  * float32, float64, bfloat16), dup[back][type] for duplicated half-split
- * tables (float16 and bfloat16: AVX2 levels only, else NULL), and the
+ * tables (float16 and bfloat16: at AVX2 and above, else NULL), and the
  * explicit SIMD kernels one[interleaved][back][f64][run width: 16, 32 or
- * 64 bytes] and
- * nt[..][..][..] (NULL where the level has none).
+ * 64 bytes] and nt[..][..][..] (NULL where the level has none).
  */
 static struct {
     pe_rope_fn full[4][4];
