@@ -147,25 +147,29 @@ def even_size(value: Any, name: str, *, minimum: int = 0) -> int:
     return v
 
 
-def positive_float(value: Any, name: str) -> float:
+def _real(value: Any, name: str) -> float:
+    """A real number as a Python float.  Arrays of one or more axes are
+    refused here, as NumPy 2.4 refuses them; older NumPy (2.2 on Python
+    3.10) converted a one-element array with a DeprecationWarning."""
+    if isinstance(value, np.ndarray) and value.ndim:
+        raise TypeError(f"{name} must be a real number, got an array of shape {value.shape}")
     try:
-        v = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r}") from None
     except OverflowError:       # an int beyond float64
         raise ValueError(f"{name} must be a finite float64 number, got {value!r}") from None
+
+
+def positive_float(value: Any, name: str) -> float:
+    v = _real(value, name)
     if not np.isfinite(v) or v <= 0.0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
 
 
 def finite_float(value: Any, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    except OverflowError:       # an int beyond float64
-        raise ValueError(f"{name} must be a finite float64 number, got {value!r}") from None
+    v = _real(value, name)
     if not np.isfinite(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return v

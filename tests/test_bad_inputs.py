@@ -1307,3 +1307,23 @@ def test_degenerate_values_are_value_errors(call, match):
     zero or overflow are an error naming the argument (not ZeroDivisionError)."""
     with pytest.raises((ValueError, IndexError), match=match):
         call()
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda v: posemb.rope_inv_freq(64, base=v), "base"),
+    (lambda v: posemb.RoPE(64, 16, scale=v), "scale"),
+    (lambda v: posemb.alibi_slopes(8, alibi_bias_max=v), "alibi_bias_max"),
+    (lambda v: posemb.xpos_cos_sin(np.arange(4), 8, center=v), "center"),
+])
+def test_one_element_array_for_a_number_is_a_type_error(call, name):
+    """A number given as a one-element array is refused by name on every
+    NumPy (older ones converted it with a DeprecationWarning), and a 0-d
+    array is a number."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bad in (np.array([2.0]), np.array([[2.0]])):
+            with pytest.raises(TypeError, match=f"{name} must be a real number, got an array"):
+                call(bad)
+        call(np.array(2.0))
+        call(np.float64(2.0))
