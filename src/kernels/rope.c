@@ -555,7 +555,9 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
  * conversions), or the full kernel FULL when h is not a multiple of 8.
  * Measured, float16 in place, 1 thread, 3 interleaved rounds: (1, 32, 128,
  * 128) 0.059-0.060 -> 0.052-0.054 ms; (1, 32, 16384, 128) 8.4-8.9 -> 8.3-9.4
- * ms (the 9.4 in a round where the in-place scale was slow too). */
+ * ms (the 9.4 in a round where the in-place scale was slow too).  bfloat16
+ * has none: its loads are a shift, and through posemb.torch (1, 32|8, 4096,
+ * 128) took 8.9-10.4 ms with one against 8.9-9.9 ms without, 7 rounds. */
 #define HALFPREC_HALF_BODY(LOAD, STORE, DIR, DUP)                             \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(uint16_t)                                                \
@@ -570,13 +572,14 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
         }                                                                     \
         COPY_TAIL(uint16_t)                                                   \
     }
-#define DEFINE_HALFPREC_HALF(NAME, TARGET, LOAD, STORE, DIR, FULL)            \
+#define DEFINE_HALFPREC_HALF(NAME, TARGET, LOAD, STORE, DIR)                  \
 __attribute__((target(TARGET)))                                               \
 static void NAME##_half_##DIR(const pe_rope_loop *L)                          \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
     HALFPREC_HALF_BODY(LOAD, STORE, DIR, 0)                                   \
-}                                                                             \
+}
+#define DEFINE_HALFPREC_DUP(NAME, TARGET, LOAD, STORE, DIR, FULL)             \
 __attribute__((target(TARGET)))                                               \
 static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
 {                                                                             \
@@ -593,8 +596,10 @@ static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
 #define F16C_ROT_back(ya, yb, xa, xb, ca, cb, sa, sb)                         \
     do { ya = _mm256_add_ps(_mm256_mul_ps(xa, ca), _mm256_mul_ps(xb, sb));    \
          yb = _mm256_sub_ps(_mm256_mul_ps(xb, cb), _mm256_mul_ps(xa, sa)); } while (0)
-DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", F16_LOAD, F16_STORE, fwd, pe_rope_half_fwd_f16)
-DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", F16_LOAD, F16_STORE, back, pe_rope_half_back_f16)
+DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", F16_LOAD, F16_STORE, fwd)
+DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", F16_LOAD, F16_STORE, back)
+DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", F16_LOAD, F16_STORE, fwd, pe_rope_half_fwd_f16)
+DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", F16_LOAD, F16_STORE, back, pe_rope_half_back_f16)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -642,8 +647,8 @@ static inline void bf16_store(uint16_t *p, __m256 v)
                                       _mm256_extracti128_si256(r, 1)));
 }
 
-DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", BF16_LOAD, bf16_store, fwd, pe_rope_half_fwd_bf16)
-DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", BF16_LOAD, bf16_store, back, pe_rope_half_back_bf16)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", BF16_LOAD, bf16_store, fwd)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", BF16_LOAD, bf16_store, back)
 
 DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", BF16_LOAD, bf16_store, fwd)
 DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", BF16_LOAD, bf16_store, back)
@@ -912,7 +917,7 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
  * The kernels of the dispatched CPU level (pe_rope_dispatch, called once
  * at import): full[kind][type] for any vectors (type 0..3: float16,
  * float32, float64, bfloat16), dup[back][type] for duplicated half-split
- * tables (float16 and bfloat16: at AVX2 and above, else NULL), and the
+ * tables (float16: at AVX2 and above with F16C; bfloat16: NULL), and the
  * explicit SIMD kernels one[interleaved][back][f64][run width: 16, 32 or
  * 64 bytes] and nt[..][..][..] (NULL where the level has none).
  */
@@ -985,8 +990,6 @@ const char *pe_rope_dispatch(int level)
             rope_table.dup[1][0] = f16c_dup_back;
         }
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
-        rope_table.dup[0][3] = avx2_bf16_dup_fwd;
-        rope_table.dup[1][3] = avx2_bf16_dup_back;
     }
     if (level >= PE_CPU_SSE2) {
         const int avx2 = level >= PE_CPU_AVX2;
