@@ -103,8 +103,8 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
     pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
     x, (pos,) = _checks.dask_operands(x, (pos,), (-1,), others_core=0)
     if out is None:
-        return _core.learned_pe_fwd(x, pos, weight, out=cached_output(
-            x, x.shape, np.result_type(x.dtype, weight.dtype)))
+        return _core.learned_pe_fwd(x, pos, weight,
+                                    out=cached_output(x, x.shape, (x.dtype, weight.dtype)))
     return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
 
 

@@ -57,15 +57,18 @@ _CACHED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float6
 
 
 def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | None:
-    """A new empty array of ``shape`` and ``dtype`` (default: ``x``'s) for
-    a posemb output computed from ``x``, from the output cache (see
-    set_output_cache) -- or None, and NumPy allocates the output as usual:
-    ``x`` is not a plain float ndarray, or the output is small.  (Every
-    output holds at least ``x``'s bytes, so a small ``x`` is checked first.)"""
+    """A new empty array of ``shape`` and ``dtype`` (default: ``x``'s; a
+    tuple of dtypes: their promotion) for a posemb output computed from
+    ``x``, from the output cache (see set_output_cache) -- or None, and
+    NumPy allocates the output as usual: ``x`` is not a plain float
+    ndarray, or the output is small.  (Every output holds at least ``x``'s
+    bytes, so a small ``x`` is checked first, before any promotion: decode
+    steps pass here.)"""
     if type(x) is not np.ndarray or x.nbytes < _OUT_CACHE_MIN:
         return None
     shape = x.shape if shape is None else tuple(shape)
-    dtype = x.dtype if dtype is None else np.dtype(dtype)
+    dtype = (x.dtype if dtype is None else np.result_type(*dtype) if isinstance(dtype, tuple)
+             else np.dtype(dtype))
     if dtype not in _CACHED_DTYPES or x.dtype not in _CACHED_DTYPES:
         return None
     return _core._out_cache_empty(shape, dtype)

@@ -87,10 +87,11 @@ def test_numpy_allocator_is_untouched_outside_posemb_calls():
     lambda x, c, s: posemb.add_sinusoidal(x),
     lambda x, c, s: posemb.AbsolutePE(128, 4096)(x),
     lambda x, c, s: posemb.learned_pe_forward(x, c),
+    lambda x, c, s: posemb.learned_pe_forward(x, c.astype(np.float64)),  # a promoted dtype
     lambda x, c, s: posemb.apply_rope_varlen(x.reshape(4096, 4, 128), np.array([0, 1000, 4096]),
                                              c, s),
 ], ids=["apply_rope", "hf-tables", "bshd", "backward", "long-road", "RoPE", "RoPE-positions",
-        "add_sinusoidal", "AbsolutePE", "learned", "varlen"])
+        "add_sinusoidal", "AbsolutePE", "learned", "learned-float64", "varlen"])
 def test_each_family_new_output_comes_from_the_cache_and_is_right(call):
     x, cos, sin = big(seq=4096)
     first = call(x, cos, sin)
