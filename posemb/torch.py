@@ -383,11 +383,13 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     (torch.Size([1, 4, 6, 8]), torch.Size([1, 2, 6, 8]))
     """
     del position_ids  # unused, as in transformers
-    if not (type(q) is type(k) is type(cos) is type(sin) is torch.Tensor
-            and q.is_cpu and k.is_cpu and cos.is_cpu and sin.is_cpu
-            and q.layout is k.layout is cos.layout is sin.layout is torch.strided
-            and q.dtype in _FLOATS and k.dtype in _FLOATS and cos.dtype in _FLOATS
-            and sin.dtype in _FLOATS):       # (the common case in one test: decode steps)
+    # (decode steps: this function's own steps are the whole overhead, so
+    # the common case -- plain CPU tensors of one NumPy float dtype -- is
+    # asked in few attribute reads; numpy() below refuses other layouts)
+    dt = q.dtype if type(q) is type(k) is type(cos) is type(sin) is torch.Tensor else None
+    plain = (dt in _TO_NUMPY and k.dtype is dt and cos.dtype is dt and sin.dtype is dt
+             and q.is_cpu and k.is_cpu and cos.is_cpu and sin.is_cpu)
+    if not plain:
         _check(q, "q")
         _check(k, "k")
         _check(cos, "cos")
@@ -398,19 +400,15 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     if not -(nd + 1) <= unsqueeze_dim <= nd:   # torch's IndexError names nothing
         raise ValueError(f"unsqueeze_dim={unsqueeze_dim} is out of range for cos/sin of shape "
                          f"{tuple(cos.shape)}")
-    dt = q.dtype
-    if (dt in _TO_NUMPY and k.dtype is dt and cos.dtype is dt and sin.dtype is dt
-            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
-                                                  or cos.requires_grad or sin.requires_grad))):
-        # no autograd: one view of each table for both calls (decode steps;
-        # written for few interpreter steps: this path is the whole overhead)
-        if q.requires_grad or k.requires_grad or cos.requires_grad or sin.requires_grad:
+    if plain and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                   or cos.requires_grad or sin.requires_grad)):
+        # no autograd: one view of each table for both calls
+        try:
+            cn, sn, qn, kn = cos.numpy(), sin.numpy(), q.numpy(), k.numpy()
+        except (RuntimeError, TypeError):   # requires_grad, a neg/conj bit, a layout
+            for t, name in ((q, "q"), (k, "k"), (cos, "cos"), (sin, "sin")):
+                _check(t, name)
             cn, sn, qn, kn = _array(cos), _array(sin), _array(q), _array(k)
-        else:
-            try:
-                cn, sn, qn, kn = cos.numpy(), sin.numpy(), q.numpy(), k.numpy()
-            except RuntimeError:    # a neg/conj bit
-                cn, sn, qn, kn = _array(cos), _array(sin), _array(q), _array(k)
         ax = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + nd + 1
         cs = cn.shape
         if (nd == 3 and ax == 1 and qn.ndim == 4 and kn.ndim == 4 and sn.shape == cs

@@ -430,6 +430,12 @@ TORCH_BAD = [
         _Q, _Q, torch.empty(1, 4, 8, device="meta"), _C[None]), TypeError, _CPU_ONLY + ": cos"),
     ("hf-int-q", lambda: pt.apply_rotary_pos_emb(_Q.int(), _Q, _C[None], _C[None]), TypeError,
      "q"),
+    # plain CPU float32 tensors of another layout: numpy() refuses them on
+    # the no-grad road, which then names the argument
+    ("hf-sparse-k", lambda: pt.apply_rotary_pos_emb(_Q, _Q.to_sparse(), _C[None], _C[None]),
+     TypeError, "k must be a dense"),
+    ("hf-sparse-sin", lambda: pt.apply_rotary_pos_emb(_Q, _Q, _C[None], _C[None].to_sparse()),
+     TypeError, "sin must be a dense"),
     ("hf-unsqueeze_dim", lambda: pt.apply_rotary_pos_emb(_Q, _Q, _C[None], _C[None],
                                                          unsqueeze_dim=9),
      (ValueError, IndexError), "unsqueeze_dim"),
