@@ -122,10 +122,7 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 def _view(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
     """``t`` as a NumPy array of ``dtype``: a view of its memory when the
     dtypes agree (strides kept), else a converted copy."""
-    t = t.detach()
-    if t.dtype != dtype:
-        t = t.to(dtype)
-    return t.resolve_neg().resolve_conj().numpy()
+    return _array(t if t.dtype is dtype else t.detach().to(dtype))
 
 
 def _tensor(a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -171,13 +168,15 @@ def _rotate(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
 
 
 def _rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  interleaved: bool) -> tuple[torch.Tensor, torch.dtype]:
+                  interleaved: bool, tables: Any = None) -> tuple[torch.Tensor, torch.dtype]:
     """posemb.apply_rope on tensors (no autograd): the result and the dtype
-    the kernel computed in."""
+    the kernel computed in.  ``tables``: NumPy views of cos and sin when
+    all three have x's native dtype (made here when None)."""
     dt = x.dtype
     if dt in _TO_NUMPY and cos.dtype is dt and sin.dtype is dt:
-        y = posemb.apply_rope(_array(x), _array(cos), _array(sin), interleaved=interleaved)
-        return torch.from_numpy(y), dt
+        cn, sn = tables or (_array(cos), _array(sin))
+        return torch.from_numpy(posemb.apply_rope(_array(x), cn, sn,
+                                                  interleaved=interleaved)), dt
     if dt is torch.bfloat16 and cos.dtype is dt and sin.dtype is dt:
         # one pass: bfloat16 in, float32 maths, rounded once to bfloat16 out
         y = _rope_bits._run_bf16_bits(2 * interleaved, _bf16_bits(x), _bf16_bits(cos),
@@ -246,14 +245,16 @@ class _ApplyRope(torch.autograd.Function):
 
 def _rope_grads(grad: torch.Tensor, x: torch.Tensor | None, x_meta: tuple[Any, Any],
                 cos: torch.Tensor, sin: torch.Tensor, work: torch.dtype, interleaved: bool,
-                need_x: bool, need_cos: bool, need_sin: bool) -> tuple[Any, Any, Any]:
+                need_x: bool, need_cos: bool, need_sin: bool,
+                tables: Any = None) -> tuple[Any, Any, Any]:
     """The gradients of y = apply_rope(x, cos, sin) to x, cos and sin (None
     where not needed): x's is the inverse rotation (posemb's kernel); the
-    tables', rarely trained, plain tensor arithmetic (x is saved only then)."""
+    tables', rarely trained, plain tensor arithmetic (x is saved only then).
+    ``tables``: the forward's NumPy views of cos and sin in ``work``, or None."""
     gx = gc = gs = None
     if need_x:
-        g = posemb.apply_rope_backward(_view(grad, work), _view(cos, work),
-                                       _view(sin, work), interleaved=interleaved)
+        cn, sn = tables or (_view(cos, work), _view(sin, work))
+        g = posemb.apply_rope_backward(_view(grad, work), cn, sn, interleaved=interleaved)
         gx = _tensor(g)
         if gx.shape != x_meta[0]:
             gx = gx.sum_to_size(x_meta[0])
@@ -285,9 +286,13 @@ class _ApplyRopeQK(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        yq, work = _rope_forward(q, cos, sin, False)
-        yk, work_k = _rope_forward(k, cos, sin, False)
+        dt = q.dtype     # (one view of each table for q, k and the backward)
+        tables = ((_array(cos), _array(sin)) if dt in _TO_NUMPY and k.dtype is dt
+                  and cos.dtype is dt and sin.dtype is dt else None)
+        yq, work = _rope_forward(q, cos, sin, False, tables)
+        yk, work_k = _rope_forward(k, cos, sin, False, tables)
         ctx.work = (work, work_k)
+        ctx.tables = tables
         table_grad = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
         ctx.save_for_backward(q if table_grad else None, k if table_grad else None, cos, sin)
         ctx.x_meta = ((q.shape, q.dtype), (k.shape, k.dtype))
@@ -299,9 +304,9 @@ class _ApplyRopeQK(torch.autograd.Function):
         q, k, cos, sin = ctx.saved_tensors
         need = ctx.needs_input_grad
         gq, cq, sq = _rope_grads(grad_q, q, ctx.x_meta[0], cos, sin, ctx.work[0], False,
-                                 need[0], need[2], need[3])
+                                 need[0], need[2], need[3], ctx.tables)
         gk, ck, sk = _rope_grads(grad_k, k, ctx.x_meta[1], cos, sin, ctx.work[1], False,
-                                 need[1], need[2], need[3])
+                                 need[1], need[2], need[3], ctx.tables)
         return (gq, gk, None if cq is None else cq + ck, None if sq is None else sq + sk)
 
 
