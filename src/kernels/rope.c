@@ -313,9 +313,16 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
         const T *s = (const T *)(const void *)(L->sin + k * L->sin_step);     \
         const T *x = (const T *)(const void *)(L->x + k * L->x_step);         \
         T *y = (T *)(void *)(L->y + k * L->y_step);
-#define COPY_TAIL(T)                                                          \
+#define COPY_TAIL_OF(T, x, y)                                                 \
         if (L->d > 2 * h && y != x)                                           \
             memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T));
+#define COPY_TAIL(T) COPY_TAIL_OF(T, x, y)
+/* rows k and k + 1 (x, x2 -> y, y2) of a pair sharing the table row c, s */
+#define PAIR_POINTERS(T)                                                      \
+            const T *x = (const T *)(const void *)(L->x + k * L->x_step);     \
+            const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step); \
+            T *y = (T *)(void *)(L->y + k * L->y_step);                       \
+            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);
 
 /* two vectors of each half of row x into row y, by table vectors c0, c1
  * (cos[i], cos[i + W]) and s0, s1; X0..X3 hold x's values, loaded before */
@@ -347,10 +354,7 @@ static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
         const T *c = (const T *)(const void *)L->cos;                         \
         const T *s = (const T *)(const void *)L->sin;                         \
         for (; k + 2 <= L->n; k += 2) {                                       \
-            const T *x = (const T *)(const void *)(L->x + k * L->x_step);     \
-            const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step); \
-            T *y = (T *)(void *)(L->y + k * L->y_step);                       \
-            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);                \
+            PAIR_POINTERS(T)                                                  \
             for (ptrdiff_t i = 0; i < h; i += 2 * W) {                        \
                 const V c0 = VF(P, loadu, S)(c + i), c1 = VF(P, loadu, S)(c + i + W); \
                 const V s0 = VF(P, loadu, S)(s + i), s1 = VF(P, loadu, S)(s + i + W); \
@@ -363,9 +367,8 @@ static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
                 STORE_STEP(P, S, W, DIR, y, a0, a1, a2, a3)                   \
                 STORE_STEP(P, S, W, DIR, y2, b0, b1, b2, b3)                  \
             }                                                                 \
-            COPY_TAIL(T)                                                      \
-            if (L->d > 2 * h && y2 != x2)                                     \
-                memcpy(y2 + 2 * h, x2 + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T)); \
+            COPY_TAIL_OF(T, x, y)                                             \
+            COPY_TAIL_OF(T, x2, y2)                                           \
         }                                                                     \
     }                                                                         \
     for (; k < L->n; k++) {                                                   \
@@ -496,10 +499,7 @@ static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
         const __typeof__(VF(P, loadu, S)(c)) sign =                           \
             VF(P, loadu, S)(inter_sign_##DIR##_##SUF);                        \
         for (; k + 2 <= L->n; k += 2) {                                       \
-            const T *x = (const T *)(const void *)(L->x + k * L->x_step);     \
-            const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step); \
-            T *y = (T *)(void *)(L->y + k * L->y_step);                       \
-            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);                \
+            PAIR_POINTERS(T)                                                  \
             for (ptrdiff_t i = 0; i < 2 * h; i += W) {                        \
                 const __typeof__(sign) cv = VF(P, loadu, S)(c + i);           \
                 const __typeof__(sign) tsv = TSIN_##DIR(P, S, VF(P, loadu, S)(s + i)); \
@@ -509,9 +509,8 @@ static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
                 VF(P, storeu, S)(y + i, INTER_ROT(P, S, xv, cv, tsv, sign));  \
                 VF(P, storeu, S)(y2 + i, INTER_ROT(P, S, xv2, cv, tsv, sign)); \
             }                                                                 \
-            COPY_TAIL(T)                                                      \
-            if (L->d > 2 * h && y2 != x2)                                     \
-                memcpy(y2 + 2 * h, x2 + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T)); \
+            COPY_TAIL_OF(T, x, y)                                             \
+            COPY_TAIL_OF(T, x2, y2)                                           \
         }                                                                     \
     }                                                                         \
     for (; k < L->n; k++) {                                                   \
