@@ -707,29 +707,31 @@ def test_kernels_equal_formula(rng, dtype, backward, case, offset, interleaved):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("heads", [1, 4])
-def test_kernels_every_alignment(rng, dtype, backward, heads):
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("heads", [1, 3, 4])
+def test_kernels_every_alignment(rng, dtype, backward, interleaved, heads):
     """x and out at every element offset from a 64-byte line (NumPy's own
     arrays start 16 bytes past one; views start anywhere), in place and out
-    of place, in calls over the heads of a position (heads=4) and over the
-    positions of one head (1), rotated halves of one 64-byte vector and of
-    several: the formula's bits, nothing written outside out."""
+    of place, in calls over the heads of a position (heads=4: two pairs
+    sharing a table row; 3: a pair and one more) and over the positions of
+    one head (1), rotated halves of one 64-byte vector and of several: the
+    formula's bits, nothing written outside out."""
     itemsize = np.dtype(dtype).itemsize
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     for d in (16, 32, 64, 128, 256):
         if d * itemsize < 128:              # halves shorter than 64 bytes
             continue
         x = rng.standard_normal((1, heads, 8, d)).astype(dtype)
-        cos, sin = posemb.rope_cos_sin(np.arange(8), d, dtype=dtype)
-        want = formula_bits(x, cos, sin, backward=backward)
+        cos, sin = posemb.rope_cos_sin(np.arange(8), d, dtype=dtype, interleaved=interleaved)
+        want = formula_bits(x, cos, sin, interleaved=interleaved, backward=backward)
         for offset in range(0, 64, itemsize):
             big = _aligned_empty((x.size + 32,), dtype, offset)
             big[:] = 7.0
             out = big[16:16 + x.size].reshape(x.shape)
-            fn(x, cos, sin, out=out)
+            fn(x, cos, sin, interleaved=interleaved, out=out)
             np.testing.assert_array_equal(out, want, err_msg=f"d={d} offset={offset}")
             out[...] = x
-            fn(out, cos, sin, out=out)
+            fn(out, cos, sin, interleaved=interleaved, out=out)
             np.testing.assert_array_equal(out, want, err_msg=f"d={d} offset={offset}")
             np.testing.assert_array_equal(big[:16], 7.0)
             np.testing.assert_array_equal(big[16 + x.size:], 7.0)
