@@ -341,8 +341,8 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
  * (1, 32, 128, 128) float32, in cache, 51-62 -> 44-52 us (2.05-2.32x ->
  * 1.80-2.03x; AVX2 level 50 -> 44 us); 128 MiB float32 1.13-1.16x ->
  * 1.06-1.11x; float64 and float32 d=256 (rows of 1 KiB) the same within
- * the noise.  Four at a time: 1.76x against 2.17x in cache, but 128 MiB
- * float32 1.21x against 1.12x.
+ * the noise.  Four at a time (one process, 6 rounds): 1.76x against
+ * 1.86x for two in cache, but 128 MiB float32 1.21x against 1.10x.
  */
 #define DEFINE_ROPE_X86(ISA, DIR, T, SUF, P, S, V, W)                         \
 __attribute__((target(#ISA)))                                                 \
