@@ -317,12 +317,27 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
         if (L->d > 2 * h && y != x)                                           \
             memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T));
 #define COPY_TAIL(T) COPY_TAIL_OF(T, x, y)
-/* rows k and k + 1 (x, x2 -> y, y2) of a pair sharing the table row c, s */
-#define PAIR_POINTERS(T)                                                      \
+/*
+ * Rows that share one table row (cos_step = sin_step = 0: the heads of a
+ * position, as the driver hands them over) go two at a time when STEPS_OK,
+ * PAIR_STEPS running rows x, x2 -> y, y2 by c, s (each table vector loaded
+ * once for both); k is left at the first row not done.
+ */
+#define PAIRED_ROWS(T, STEPS_OK, PAIR_STEPS)                                  \
+    ptrdiff_t k = 0;                                                          \
+    if (L->cos_step == 0 && L->sin_step == 0 && (STEPS_OK)) {                 \
+        const T *c = (const T *)(const void *)L->cos;                         \
+        const T *s = (const T *)(const void *)L->sin;                         \
+        for (; k + 2 <= L->n; k += 2) {                                       \
             const T *x = (const T *)(const void *)(L->x + k * L->x_step);     \
             const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step); \
             T *y = (T *)(void *)(L->y + k * L->y_step);                       \
-            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);
+            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);                \
+            PAIR_STEPS                                                        \
+            COPY_TAIL_OF(T, x, y)                                             \
+            COPY_TAIL_OF(T, x2, y2)                                           \
+        }                                                                     \
+    }
 
 /* two vectors of each half of row x into row y, by table vectors c0, c1
  * (cos[i], cos[i + W]) and s0, s1; X0..X3 hold x's values, loaded before */
@@ -332,11 +347,25 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
     VF(P, storeu, S)(y + i + h, VHI(P, S, DIR, X0, X2, c0, s0));              \
     VF(P, storeu, S)(y + i + h + W, VHI(P, S, DIR, X1, X3, c1, s1));
 
+/* a pair's half-split steps: two vectors of each half of both rows */
+#define HALF_PAIR_STEPS(P, S, V, W, DIR)                                      \
+            for (ptrdiff_t i = 0; i < h; i += 2 * W) {                        \
+                const V c0 = VF(P, loadu, S)(c + i), c1 = VF(P, loadu, S)(c + i + W); \
+                const V s0 = VF(P, loadu, S)(s + i), s1 = VF(P, loadu, S)(s + i + W); \
+                const V a0 = VF(P, loadu, S)(x + i), a1 = VF(P, loadu, S)(x + i + W); \
+                const V a2 = VF(P, loadu, S)(x + i + h);                      \
+                const V a3 = VF(P, loadu, S)(x + i + h + W);                  \
+                const V b0 = VF(P, loadu, S)(x2 + i), b1 = VF(P, loadu, S)(x2 + i + W); \
+                const V b2 = VF(P, loadu, S)(x2 + i + h);                     \
+                const V b3 = VF(P, loadu, S)(x2 + i + h + W);                 \
+                STORE_STEP(P, S, W, DIR, y, a0, a1, a2, a3)                   \
+                STORE_STEP(P, S, W, DIR, y2, b0, b1, b2, b3)                  \
+            }
+
 /*
  * ISA: sse2, avx2 or avx512f; P/V/W: the vector prefix, type and width
- * (elements).  Vectors that share one table row (cos_step = sin_step = 0:
- * the heads of a position, as the driver hands them over) go two at a
- * time, each table vector loaded once for both.  Measured in place, 1
+ * (elements).  Rows sharing one table row go in pairs (PAIRED_ROWS).
+ * Measured in place, 1
  * thread, against an in-place scale (two builds, 6 alternating runs):
  * (1, 32, 128, 128) float32, in cache, 51-62 -> 44-52 us (2.05-2.32x ->
  * 1.80-2.03x; AVX2 level 50 -> 44 us); 128 MiB float32 1.13-1.16x ->
@@ -349,28 +378,7 @@ __attribute__((target(#ISA)))                                                 \
 static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    ptrdiff_t k = 0;                                                          \
-    if (L->cos_step == 0 && L->sin_step == 0 && h % (2 * W) == 0) {           \
-        const T *c = (const T *)(const void *)L->cos;                         \
-        const T *s = (const T *)(const void *)L->sin;                         \
-        for (; k + 2 <= L->n; k += 2) {                                       \
-            PAIR_POINTERS(T)                                                  \
-            for (ptrdiff_t i = 0; i < h; i += 2 * W) {                        \
-                const V c0 = VF(P, loadu, S)(c + i), c1 = VF(P, loadu, S)(c + i + W); \
-                const V s0 = VF(P, loadu, S)(s + i), s1 = VF(P, loadu, S)(s + i + W); \
-                const V a0 = VF(P, loadu, S)(x + i), a1 = VF(P, loadu, S)(x + i + W); \
-                const V a2 = VF(P, loadu, S)(x + i + h);                      \
-                const V a3 = VF(P, loadu, S)(x + i + h + W);                  \
-                const V b0 = VF(P, loadu, S)(x2 + i), b1 = VF(P, loadu, S)(x2 + i + W); \
-                const V b2 = VF(P, loadu, S)(x2 + i + h);                     \
-                const V b3 = VF(P, loadu, S)(x2 + i + h + W);                 \
-                STORE_STEP(P, S, W, DIR, y, a0, a1, a2, a3)                   \
-                STORE_STEP(P, S, W, DIR, y2, b0, b1, b2, b3)                  \
-            }                                                                 \
-            COPY_TAIL_OF(T, x, y)                                             \
-            COPY_TAIL_OF(T, x2, y2)                                           \
-        }                                                                     \
-    }                                                                         \
+    PAIRED_ROWS(T, h % (2 * W) == 0, HALF_PAIR_STEPS(P, S, V, W, DIR))        \
     for (; k < L->n; k++) {                                                   \
         ROW_POINTERS(T)                                                       \
         ptrdiff_t i = 0;                                                      \
@@ -482,25 +490,11 @@ static const double inter_sign_back_f64[8] = {0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 0
               VF(P, loadu, S)(inter_sign_##DIR##_##SUF))
 #define INTER_EXPR(P, S, DIR, SUF) INTER_RESULT(P, S, DIR, SUF, VF(P, loadu, S)(x + i))
 
-/* one pass, plain stores (y may be x) */
-#define DEFINE_INTER_ONE(ISA, DIR, T, SUF, P, S, W)                           \
-__attribute__((target(#ISA)))                                                 \
-static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
-{                                                                             \
-    const ptrdiff_t h = L->r / 2;                                             \
-    ptrdiff_t k = 0;                                                          \
-    if (L->cos_step == 0 && L->sin_step == 0 && (2 * h) % W == 0) {           \
-        /* rows sharing one table row, two at a time (as rope_one_*):       \
-         * (1, 32, 128, 128) float32 in place 67-68 -> 47 us, 128 MiB      \
-         * float32 1.14-1.27x -> 1.10-1.15x, float64 1.43-1.56x ->          \
-         * 1.29-1.36x an in-place scale (two builds, 3 alternating runs) */  \
-        const T *c = (const T *)(const void *)L->cos;                         \
-        const T *s = (const T *)(const void *)L->sin;                         \
-        const __typeof__(VF(P, loadu, S)(c)) sign =                           \
-            VF(P, loadu, S)(inter_sign_##DIR##_##SUF);                        \
-        for (; k + 2 <= L->n; k += 2) {                                       \
-            PAIR_POINTERS(T)                                                  \
+/* a pair's interleaved steps: one vector of both rows */
+#define INTER_PAIR_STEPS(P, S, W, DIR, SUF)                                   \
             for (ptrdiff_t i = 0; i < 2 * h; i += W) {                        \
+                const __typeof__(VF(P, loadu, S)(c)) sign =                   \
+                    VF(P, loadu, S)(inter_sign_##DIR##_##SUF);                \
                 const __typeof__(sign) cv = VF(P, loadu, S)(c + i);           \
                 const __typeof__(sign) tsv = TSIN_##DIR(P, S, VF(P, loadu, S)(s + i)); \
                 __typeof__(VF(P, loadu, S)(x)) xv = VF(P, loadu, S)(x + i);   \
@@ -508,11 +502,19 @@ static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
                 __asm__("" : "+x"(xv), "+x"(xv2));                            \
                 VF(P, storeu, S)(y + i, INTER_ROT(P, S, xv, cv, tsv, sign));  \
                 VF(P, storeu, S)(y2 + i, INTER_ROT(P, S, xv2, cv, tsv, sign)); \
-            }                                                                 \
-            COPY_TAIL_OF(T, x, y)                                             \
-            COPY_TAIL_OF(T, x2, y2)                                           \
-        }                                                                     \
-    }                                                                         \
+            }
+
+/* one pass, plain stores (y may be x) */
+#define DEFINE_INTER_ONE(ISA, DIR, T, SUF, P, S, W)                           \
+__attribute__((target(#ISA)))                                                 \
+static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    /* rows sharing one table row in pairs: (1, 32, 128, 128) float32 in    \
+     * place 67-68 -> 47 us, 128 MiB float32 1.14-1.27x -> 1.10-1.15x,      \
+     * float64 1.43-1.56x -> 1.29-1.36x an in-place scale (two builds, 3    \
+     * alternating runs) */                                                  \
+    PAIRED_ROWS(T, (2 * h) % W == 0, INTER_PAIR_STEPS(P, S, W, DIR, SUF))     \
     for (; k < L->n; k++) {                                                   \
         ROW_POINTERS(T)                                                       \
         for (ptrdiff_t i = 0; i < 2 * h; i += W) {                            \
