@@ -897,7 +897,7 @@ def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None =
 
 def _ort_version() -> str | None:
     try:
-        import onnxruntime  # type: ignore[import-untyped]
+        import onnxruntime
     except ImportError:
         return None
     return str(onnxruntime.__version__)

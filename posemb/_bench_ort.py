@@ -85,7 +85,7 @@ class OrtRope:
     def __init__(self, x: np.ndarray, num_heads: int, cos_half: np.ndarray,
                  sin_half: np.ndarray, positions: np.ndarray, *, interleaved: bool = False,
                  threads: int = 1, out: np.ndarray | None = None) -> None:
-        import onnxruntime as ort  # type: ignore[import-untyped]
+        import onnxruntime as ort
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
