@@ -288,8 +288,9 @@ int pe_memory_resident(const void *p);
  * binding hands NumPy these functions (as its allocator, only while a
  * posemb call allocates its outputs), and a freed output of at least
  * PE_OUT_CACHE_MIN_BYTES is kept, up to `limit` bytes in all, the oldest
- * released first.  Blocks come from malloc, so realloc and free of any of
- * them stay valid; the cache keeps its own record of each block's size.
+ * released first.  Blocks come from malloc (large ones from posix_memalign,
+ * on a 64-byte line), so realloc and free of any of them stay valid; the
+ * cache keeps its own record of each block's size.
  * Not thread-safe: the binding calls it with the GIL held.
  * (runtime/memory.c)
  */

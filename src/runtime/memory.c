@@ -7,7 +7,7 @@
  * freed large outputs for the next output of the same size.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
-#define _DEFAULT_SOURCE 1   /* mincore */
+#define _DEFAULT_SOURCE 1   /* mincore, posix_memalign */
 #endif
 
 #include "posemb.h"
@@ -67,6 +67,22 @@ static void huge_pages(void *p, size_t n) { (void)p, (void)n; }
 static size_t physical_memory(void) { return 0; }
 #endif
 
+/* a large block on a 64-byte line (malloc's large blocks start 16 bytes
+ * past one): the kernels' streaming stores need whole aligned vectors (see
+ * pe_rope_apply), and a vector on a line touches one line, not two.
+ * Measured on a Zen 5 EPYC, (1, 32, 8192, 128) float32 into a reused
+ * output, 1 thread: 8.4-8.6 ms from malloc, 7.3-7.7 ms on a line.  free()
+ * and realloc() take posix_memalign's blocks as malloc's. */
+static void *large_block(size_t n)
+{
+#if defined(__linux__) || defined(__APPLE__)
+    void *p = NULL;
+    return posix_memalign(&p, 64, n) == 0 ? p : NULL;
+#else
+    return malloc(n);
+#endif
+}
+
 size_t pe_out_cache_default_limit(void)
 {
     const size_t gib = (size_t)1 << 30, ram = physical_memory();
@@ -116,9 +132,13 @@ void *pe_out_cache_malloc(pe_out_cache *c, size_t n)
                         (size_t)(--c->nkeep - i) * sizeof(pe_block));
                 return track(c, p, n);
             }
+    if (n >= PE_OUT_CACHE_MIN_BYTES) {
+        void *p = large_block(n);
+        if (p != NULL)
+            huge_pages(p, n);
+        return track(c, p, n);
+    }
     void *p = malloc(n > 0 ? n : 1);   /* (never NULL for 0 bytes, as NumPy's own) */
-    if (p != NULL && n >= PE_OUT_CACHE_MIN_BYTES)
-        huge_pages(p, n);
     return track(c, p, n);
 }
 
