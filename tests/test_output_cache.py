@@ -63,6 +63,21 @@ def test_a_freed_output_is_reused_with_the_right_values():
     assert np.array_equal(z, posemb.apply_rope(x, cos, sin, out=np.empty_like(x)))
 
 
+@pytest.mark.skipif(not sys.platform.startswith(("linux", "darwin")),
+                    reason="posix_memalign: elsewhere blocks come from malloc")
+def test_new_outputs_start_on_a_cache_line():
+    """posemb's large outputs start on a 64-byte line (NumPy's own start 16
+    bytes past one), fresh and reused, so the kernels' streaming stores
+    write whole aligned vectors; the values are the out= call's."""
+    x, cos, sin = big()
+    for _ in range(2):                               # fresh, then from the cache
+        y = posemb.apply_rope(x, cos, sin)
+        assert handler_name(y) == "posemb_output_cache" and address(y) % 64 == 0
+        assert np.array_equal(y, posemb.apply_rope(x, cos, sin, out=np.empty_like(x)))
+        del y
+    assert kept()[1:] == (x.nbytes, 1)
+
+
 def test_numpy_allocator_is_untouched_outside_posemb_calls():
     x, cos, sin = big()
     y = posemb.apply_rope(x, cos, sin)
