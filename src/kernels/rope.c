@@ -718,7 +718,9 @@ DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_stor
  * keeps each rounded value's low 16 bits), for rows whose rotated run is
  * a multiple of 16 (rope_halfprec_vector).  The AVX2 kernels are bound by
  * the conversions' instructions, not by memory: (1, 32, 4096, 128) in
- * place took 5.4-5.8 ms, a third of float16's speed in bytes.
+ * place took 5.4-5.8 ms, a third of float16's speed in bytes; 16 wide
+ * 4.1-4.2 ms (1 thread, Zen 5 EPYC).  A 16-wide kernel for duplicated
+ * tables (as float16's) measured 3.9-4.3 ms: not kept.
  */
 #define BF16_LOAD512(p) _mm512_castsi512_ps(_mm512_slli_epi32(                \
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
