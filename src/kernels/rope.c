@@ -1152,7 +1152,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
                          itemsize, 2048, pe_cache_l2_bytes() / 4, 0, 0, 0, 0, 0, 0};
-    int tables_ok;
+    int tables_ok, in_place, large;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
     if (gv.B == 1)
@@ -1162,6 +1162,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     if (gv.S == 1)
         gv.x_s = gv.y_s = gv.cos_s = gv.sin_s = 0;
     tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
+    in_place = g->y == g->x && g->y_b == g->x_b && g->y_h == g->x_h && g->y_s == g->x_s;
+    /* at least PE_STREAM_MIN_BYTES of x: streaming stores and prefetch */
+    large = g->d > 0 && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize);
     if (!tables_ok || g->x_inner != itemsize || g->y_inner != itemsize)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
     if (type == 1 || type == 2) {
@@ -1170,8 +1173,6 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
         if (tables_ok && rope_table.nt[inter][back][f64] != NULL &&
             g->x_inner == itemsize && g->y_inner == itemsize && run_bytes % 16 == 0) {
-            const int in_place = g->y == g->x && g->y_b == g->x_b &&
-                                 g->y_h == g->x_h && g->y_s == g->x_s;
             /* streaming only where every streaming store is a whole aligned
              * vector of the level's width (nt_align): with y 16 bytes past
              * 32 (NumPy allocates 16 past a line), the AVX2 kernels' 16-byte
@@ -1181,8 +1182,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
              * stores; plain stores at those ends instead were no better */
             const ptrdiff_t nt = rope_table.nt_align;
             const int streaming =
-                !in_place && run_bytes % nt == 0 &&
-                g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize) &&
+                !in_place && run_bytes % nt == 0 && large &&
                 ALIGNED(g->y, nt) && ALIGNED(g->y_b, nt) && ALIGNED(g->y_h, nt) &&
                 ALIGNED(g->y_s, nt) &&
                 pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
@@ -1215,10 +1215,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * place (1.63x -> 1.83-1.87x a copy), nor in cache ((1, 32, 128, 128)
          * in place 35 -> 38-39 us).  As built, 3 runs: float32 in place
          * 1.19-1.29x, float64 1.21-1.36x, d = 256 1.56-1.59x. */
-        const int in_place = g->y == g->x && g->y_b == g->x_b && g->y_h == g->x_h &&
-                             g->y_s == g->x_s;
-        if ((in_place || job.streaming) && g->d > 0 &&
-            g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize))
+        if ((in_place || job.streaming) && large)
             job.ahead = 4;
     }
     return grid_run(&job, rope_block_table_bytes());
