@@ -822,7 +822,8 @@ typedef struct {
     const pe_rope_grid *g;
     ptrdiff_t itemsize;
     ptrdiff_t prefetch;  /* bytes of the next head's part to prefetch */
-    ptrdiff_t prefetch_position;  /* heads-inner walk: of the next position */
+    int one_head;        /* heads-inner walk: one head per call, its row at the
+                          * next position prefetched (arrays beyond the LLC) */
     ptrdiff_t ahead;     /* grouped walk: rows prefetched this many positions ahead */
     ptrdiff_t rows;      /* positions per block */
     ptrdiff_t blocks;    /* blocks per batch entry */
@@ -855,6 +856,9 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
     const rope_grid_job *job = (const rope_grid_job *)ctx;
     const pe_rope_grid *g = job->g;
+    /* the bytes of one vector of x, where they lie together (prefetched
+     * rows of the grouped and heads-inner walks) */
+    const ptrdiff_t row = g->x_inner == job->itemsize ? g->d * job->itemsize : 0;
     for (ptrdiff_t t = begin; t < end; t++) {
         const ptrdiff_t b = t / job->blocks;
         const ptrdiff_t s0 = (t % job->blocks) * job->rows;
@@ -893,7 +897,6 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * stores, one fence per task) one head 1.5x a copy, 2 1.24x,
              * 4 1.11x, 8 1.16x; float64 out of place best at 2. */
             const ptrdiff_t G = job->head_group;
-            const ptrdiff_t row = g->d * g->x_inner;
             L.x_step = g->x_h;
             L.y_step = g->y_h;
             L.cos_step = 0;
@@ -916,35 +919,57 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         if (job->heads_inner) {
             /* (b, s, h, d) memory (HF's view().transpose(1, 2), Meta's
              * layout, heads sliced from a fused projection): position by
-             * position, every head of it in one call over the heads, which
-             * share the position's table row -- a forward walk through x.
-             * Unless y streams, the next position's x is prefetched while
-             * this one runs (up to a quarter of L2): the kernel's order
+             * position, a forward walk through x.  The kernel's order
              * within a position (pairs of heads, both halves) is not one
-             * the hardware prefetcher runs ahead of.  Measured, (1, 32,
-             * 8192, 128) float32 from x.view(b, s, h, d).transpose(1, 2), 1
-             * thread, Zen 5 EPYC: in place 6.86-6.94 -> 5.52-5.61 ms (an
-             * in-place scale 3.7-3.9 ms; 4 KiB ahead: 7.3-7.4 ms); into a
-             * new array (streaming stores) 5.8-6.3 -> 9.0-9.3 ms, so not
-             * there. */
+             * the hardware prefetcher runs ahead of, and it restarts at
+             * every gap between positions (sliced heads), so x is
+             * prefetched one position ahead:
+             * - up to the last-level cache, every head of a position in one
+             *   call (sharing its table row), the whole next position
+             *   prefetched first (up to a quarter of L2), unless y streams;
+             * - beyond it (one_head), one head per call, that head's row at
+             *   the next position prefetched as it starts.
+             * Measured, 1 thread, Zen 5 EPYC, float32, all heads per call
+             * against one head: (1, 32, 8192, 128) sliced heads of a fused
+             * qkv into a new array 12.3 -> 6.3-7.2 ms (the contiguous call
+             * 5.7-6.9 ms; the whole next position prefetched: 10.5-10.9 ms;
+             * two heads per call: 7.0-7.4 ms), in place 7.4-7.5 -> 5.6-6.4
+             * ms; HF's transposed q in place 5.2 -> 4.4-4.8 ms.  Up to the
+             * cache, all heads per call with the prefetch was faster:
+             * (1, 32, 1024, 128) in place 295-305 us against 445-450 us one
+             * head per call and 394-400 us without the prefetch.  Earlier,
+             * the prefetch took HF's transposed q in place from 6.86-6.94
+             * to 5.52-5.61 ms, and made streaming new arrays slower (5.8-6.3
+             * -> 9.0-9.3 ms), so not there. */
             const ptrdiff_t span = g->x_h > 0 && g->x_s > 0 && g->x_inner > 0
                                        ? (g->H - 1) * g->x_h + g->d * g->x_inner : 0;
-            const ptrdiff_t ahead = job->streaming ? 0
-                                    : span < job->prefetch_position ? span
-                                                                    : job->prefetch_position;
-            L.n = g->H;
+            const ptrdiff_t l2q = pe_cache_l2_bytes() / 4;
+            const ptrdiff_t ahead = job->streaming ? 0 : span < l2q ? span : l2q;
+            L.n = job->one_head ? 1 : g->H;
             L.x_step = g->x_h;
             L.y_step = g->y_h;
             L.cos_step = 0;
             L.sin_step = 0;
             for (ptrdiff_t k = 0; k < rows; k++) {
-                L.x = g->x + b * g->x_b + (s0 + k) * g->x_s;
-                L.y = g->y + b * g->y_b + (s0 + k) * g->y_s;
+                const char *x = g->x + b * g->x_b + (s0 + k) * g->x_s;
+                char *y = g->y + b * g->y_b + (s0 + k) * g->y_s;
                 L.cos = g->cos + b * g->cos_b + (s0 + k) * g->cos_s;
                 L.sin = g->sin + b * g->sin_b + (s0 + k) * g->sin_s;
-                if (k + 1 < rows)
-                    pe_prefetch(L.x + g->x_s, ahead);
-                fn(&L);
+                if (!job->one_head) {
+                    L.x = x;
+                    L.y = y;
+                    if (k + 1 < rows)
+                        pe_prefetch(x + g->x_s, ahead);
+                    fn(&L);
+                    continue;
+                }
+                for (ptrdiff_t q = 0; q < g->H; q++) {
+                    L.x = x + q * g->x_h;
+                    L.y = y + q * g->y_h;
+                    if (k + 1 < rows)
+                        pe_prefetch(L.x + g->x_s, row);
+                    fn(&L);
+                }
             }
             continue;
         }
@@ -1151,7 +1176,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, pe_cache_l2_bytes() / 4, 0, 0, 0, 0, 0, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, 0};
     int tables_ok, in_place, large;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
@@ -1218,5 +1243,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         if ((in_place || job.streaming) && large)
             job.ahead = 4;
     }
+    /* heads-inner walk: one head per call where x (and y, out of place)
+     * pass through memory, not the last-level cache */
+    job.one_head = g->d > 0 && g->B * g->H * g->S >
+                                   pe_cache_llc_bytes() / ((in_place ? 1 : 2) * g->d * itemsize);
     return grid_run(&job, rope_block_table_bytes());
 }
