@@ -143,7 +143,8 @@ static pe_rope_fn rope_halfprec_wide[2][2][2];
 
 /* Run L with the vector kernel of its type when the level has one and L
  * allows it (contiguous features and tables, the rotated part a multiple
- * of 8 values): 1 when it ran the whole call. */
+ * of 8 values; 16-wide where it is a multiple of 16, and for float16 only
+ * in place): 1 when it ran the whole call. */
 static int rope_halfprec_vector(const pe_rope_loop *L, int bf16, int inter, int back)
 {
     const pe_rope_fn fn = rope_halfprec[bf16][inter][back],
@@ -152,7 +153,7 @@ static int rope_halfprec_vector(const pe_rope_loop *L, int bf16, int inter, int 
     if (fn == NULL || L->x_inner != 2 || L->y_inner != 2 || L->cos_inner != 2 ||
         L->sin_inner != 2 || h <= 0 || run % 8 != 0)
         return 0;
-    (wide != NULL && run % 16 == 0 ? wide : fn)(L);
+    (wide != NULL && run % 16 == 0 && (bf16 || L->y == L->x) ? wide : fn)(L);
     return 1;
 }
 #define IS_BF16_f16 0
@@ -639,16 +640,16 @@ static void NAME##_half_##DIR(const pe_rope_loop *L)                          \
     const ptrdiff_t h = L->r / 2;                                             \
     HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, 0)                          \
 }
-#define DEFINE_HALFPREC_DUP(NAME, TARGET, LOAD, STORE, DIR, FULL)             \
+#define DEFINE_HALFPREC_DUP(NAME, TARGET, P, V, W, LOAD, STORE, DIR, USE, OTHER) \
 __attribute__((target(TARGET)))                                               \
 static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    if (h % 8 != 0) {                                                         \
-        FULL(L);                                                              \
+    if (!(USE)) {                                                             \
+        OTHER(L);                                                             \
         return;                                                               \
     }                                                                         \
-    HALFPREC_HALF_BODY(_mm256, __m256, 8, LOAD, STORE, DIR, 1)                \
+    HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, 1)                          \
 }
 #define HP_ROT_fwd(P, ya, yb, xa, xb, ca, cb, sa, sb)                         \
     do { ya = VF(P, sub, ps)(VF(P, mul, ps)(xa, ca), VF(P, mul, ps)(xb, sa)); \
@@ -658,8 +659,10 @@ static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
          yb = VF(P, sub, ps)(VF(P, mul, ps)(xb, cb), VF(P, mul, ps)(xa, sa)); } while (0)
 DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, fwd)
 DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back)
-DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", F16_LOAD, F16_STORE, fwd, pe_rope_half_fwd_f16)
-DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", F16_LOAD, F16_STORE, back, pe_rope_half_back_f16)
+DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, fwd,
+                   h % 8 == 0, pe_rope_half_fwd_f16)
+DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back,
+                   h % 8 == 0, pe_rope_half_back_f16)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -722,6 +725,33 @@ DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_stor
  * 4.1-4.2 ms (1 thread, Zen 5 EPYC).  A 16-wide kernel for duplicated
  * tables (as float16's) measured 3.9-4.3 ms: not kept.
  */
+/*
+ * float16 with AVX-512F, 16 values at a time: the same conversions
+ * (vcvtph2ps, vcvtps2ph to nearest even) and maths as the F16C kernels on
+ * zmm registers, for rows whose rotated run is a multiple of 16, in place
+ * only.  Measured, 1 thread, Zen 5 EPYC, (1, 32, 128, 128) in place 0.039
+ * -> 0.030-0.033 ms (interleaved 0.050 -> 0.037), (1, 32, 16384, 128) in
+ * place 5.7-6.1 -> 5.0-5.8 ms (interleaved 6.9-7.1 -> 5.9-6.1); but out of
+ * place, from memory, twice the 8-wide kernels' time at every alignment of
+ * x and y tried ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms,
+ * 5.3-5.4 with the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for
+ * a reason not found (bfloat16's 16-wide kernels are faster out of place
+ * than its 8-wide ones).
+ */
+#define F16_LOAD512(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define F16_STORE512(p, v) \
+    _mm256_storeu_si256((__m256i *)(void *)(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
+DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd)
+DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back)
+DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd,
+                   h % 16 == 0 && L->y == L->x, f16c_dup_fwd)
+DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back,
+                   h % 16 == 0 && L->y == L->x, f16c_dup_back)
+DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
+                      F16_STORE512, fwd)
+DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
+                      F16_STORE512, back)
+
 #define BF16_LOAD512(p) _mm512_castsi512_ps(_mm512_slli_epi32(                \
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 __attribute__((target("avx512f")))
@@ -1152,6 +1182,14 @@ const char *pe_rope_dispatch(int level)
                 {avx512_bf16_half_fwd, avx512_bf16_half_back},
                 {avx512_bf16_inter_fwd, avx512_bf16_inter_back}};
             memcpy(rope_halfprec_wide[1], bf16_wide, sizeof bf16_wide);
+            if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide kernels run too) */
+                static const pe_rope_fn f16_wide[2][2] = {
+                    {avx512_f16_half_fwd, avx512_f16_half_back},
+                    {avx512_f16_inter_fwd, avx512_f16_inter_back}};
+                memcpy(rope_halfprec_wide[0], f16_wide, sizeof f16_wide);
+                rope_table.dup[0][0] = avx512_f16_dup_fwd;
+                rope_table.dup[1][0] = avx512_f16_dup_back;
+            }
         }
         return avx512 ? "avx512" : avx2 ? "avx2" : "sse2";
     }
@@ -1239,8 +1277,13 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * place 2.03 / 1.54 / 1.41 / 1.67x.  Not with plain stores out of
          * place (1.63x -> 1.83-1.87x a copy), nor in cache ((1, 32, 128, 128)
          * in place 35 -> 38-39 us).  As built, 3 runs: float32 in place
-         * 1.19-1.29x, float64 1.21-1.36x, d = 256 1.56-1.59x. */
-        if ((in_place || job.streaming) && large)
+         * 1.19-1.29x, float64 1.21-1.36x, d = 256 1.56-1.59x.  bfloat16 (more
+         * instructions per byte) also out of place with plain stores:
+         * (1, 32, 16384, 128) out= 17.5-19.3 -> 10.6-12.4 ms; float16 not
+         * ((1, 32, 8192, 128) any tables 6.2-6.5 -> 6.0-6.2 ms, duplicated
+         * tables 3.7 -> 3.7-3.9 ms, new arrays (1, 32, 16384, 128) 8.0-8.2
+         * -> 8.4 ms). */
+        if ((in_place || job.streaming || type == 3) && large)
             job.ahead = 4;
     }
     /* heads-inner walk: one head per call where x (and y, out of place)
