@@ -662,7 +662,7 @@ def test_heads_inner_beyond_the_last_level_cache(rng, dtype, interleaved, layout
     """(b, s, h, d) memory larger than the last-level cache (read at run
     time) runs one head per kernel call, each head's next row prefetched:
     HF's transposed q and heads sliced from a fused projection, in place,
-    into a new array and into an out= 4 bytes off alignment, all the
+    into a new array and into an out= one element off alignment, all the
     formula's bits, nothing written past out."""
     llc = int(posemb._native._dispatch()["last_level_cache"].split()[0]) * 1024
     if llc > 256 << 20:

@@ -716,23 +716,14 @@ DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_stor
 DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
 
 /*
- * bfloat16 with AVX-512 (F and DQ, chosen at run time), 16 values at a
- * time: the same widening, maths and rounding as the AVX2 kernels (vpmovdw
- * keeps each rounded value's low 16 bits), for rows whose rotated run is
- * a multiple of 16 (rope_halfprec_vector).  The AVX2 kernels are bound by
- * the conversions' instructions, not by memory: (1, 32, 4096, 128) in
- * place took 5.4-5.8 ms, a third of float16's speed in bytes; 16 wide
- * 4.1-4.2 ms (1 thread, Zen 5 EPYC).  A 16-wide kernel for duplicated
- * tables (as float16's) measured 3.9-4.3 ms: not kept.
- */
-/*
  * float16 with AVX-512F, 16 values at a time: the same conversions
  * (vcvtph2ps, vcvtps2ph to nearest even) and maths as the F16C kernels on
  * zmm registers, for rows whose rotated run is a multiple of 16, in place
- * only.  Measured, 1 thread, Zen 5 EPYC, (1, 32, 128, 128) in place 0.039
- * -> 0.030-0.033 ms (interleaved 0.050 -> 0.037), (1, 32, 16384, 128) in
- * place 5.7-6.1 -> 5.0-5.8 ms (interleaved 6.9-7.1 -> 5.9-6.1); but out of
- * place, from memory, twice the 8-wide kernels' time at every alignment of
+ * only.  Measured in place, 1 thread, Zen 5 EPYC, HF's tables: (1, 32,
+ * 128, 128) 0.038 -> 0.030-0.031 ms (interleaved 0.049 -> 0.037), (1, 32,
+ * 8192, 128) 2.73-2.82 -> 2.36-2.53 ms, (1, 32, 16384, 128) 5.3-5.5 ->
+ * 5.5-5.7 ms (interleaved 6.7-6.8 -> 5.7-6.0, any tables 6.0-6.1 ->
+ * 4.8-5.0); but out of place, from memory, twice the 8-wide kernels' time at every alignment of
  * x and y tried ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms,
  * 5.3-5.4 with the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for
  * a reason not found (bfloat16's 16-wide kernels are faster out of place
@@ -752,6 +743,16 @@ DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LO
 DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
                       F16_STORE512, back)
 
+/*
+ * bfloat16 with AVX-512 (F and DQ, chosen at run time), 16 values at a
+ * time: the same widening, maths and rounding as the AVX2 kernels (vpmovdw
+ * keeps each rounded value's low 16 bits), for rows whose rotated run is
+ * a multiple of 16 (rope_halfprec_vector).  The AVX2 kernels are bound by
+ * the conversions' instructions, not by memory: (1, 32, 4096, 128) in
+ * place took 5.4-5.8 ms, a third of float16's speed in bytes; 16 wide
+ * 4.1-4.2 ms (1 thread, Zen 5 EPYC).  A 16-wide kernel for duplicated
+ * tables (as float16's) measured 3.9-4.3 ms: not kept.
+ */
 #define BF16_LOAD512(p) _mm512_castsi512_ps(_mm512_slli_epi32(                \
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 __attribute__((target("avx512f")))
@@ -1182,7 +1183,8 @@ const char *pe_rope_dispatch(int level)
                 {avx512_bf16_half_fwd, avx512_bf16_half_back},
                 {avx512_bf16_inter_fwd, avx512_bf16_inter_back}};
             memcpy(rope_halfprec_wide[1], bf16_wide, sizeof bf16_wide);
-            if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide kernels run too) */
+            if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide F16C kernels serve
+                                                     * the other calls) */
                 static const pe_rope_fn f16_wide[2][2] = {
                     {avx512_f16_half_fwd, avx512_f16_half_back},
                     {avx512_f16_inter_fwd, avx512_f16_inter_back}};
