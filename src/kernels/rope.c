@@ -1086,14 +1086,15 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
  * float32, float64, bfloat16), dup[back][type] for duplicated half-split
  * tables (float16: at AVX2 and above with F16C; bfloat16: NULL), and the
  * explicit SIMD kernels one[interleaved][back][f64][run width: 16, 32 or
- * 64 bytes] and nt[..][..][..] (NULL where the level has none).
+ * 64 bytes] and nt[..][..][..][store width: 16 bytes, nt_align] (NULL
+ * where the level has none).
  */
 static struct {
     pe_rope_fn full[4][4];
     pe_rope_fn dup[2][4];
     pe_rope_fn one[2][2][2][3];
-    pe_rope_fn nt[2][2][2];
-    ptrdiff_t nt_align;  /* the bytes each of nt's streaming stores writes */
+    pe_rope_fn nt[2][2][2][2];
+    ptrdiff_t nt_align;  /* the bytes each of nt[..][1]'s streaming stores writes */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -1104,7 +1105,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{NULL}}}, 16};
+    {{{{NULL}}}}, {{{{NULL}}}}, 16};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -1175,7 +1176,8 @@ const char *pe_rope_dispatch(int level)
                     rope_table.one[i][b][f][1] = rope_one_x86[i][b][f][avx2];
                     rope_table.one[i][b][f][2] =
                         avx512 ? rope_one_avx512[i][b][f] : rope_one_x86[i][b][f][avx2];
-                    rope_table.nt[i][b][f] = rope_nt_x86[i][b][f][avx2];
+                    rope_table.nt[i][b][f][0] = rope_nt_x86[i][b][f][0];
+                    rope_table.nt[i][b][f][1] = rope_nt_x86[i][b][f][avx2];
                 }
         rope_table.nt_align = avx2 ? 32 : 16;
         if (avx512) {
@@ -1236,26 +1238,32 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         const int f64 = type == 2;
         /* vectors run within a half (half-split) or across all pairs */
         const ptrdiff_t run_bytes = (inter ? 2 : 1) * h * itemsize;
-        if (tables_ok && rope_table.nt[inter][back][f64] != NULL &&
+        if (tables_ok && rope_table.nt[inter][back][f64][0] != NULL &&
             g->x_inner == itemsize && g->y_inner == itemsize && run_bytes % 16 == 0) {
             /* streaming only where every streaming store is a whole aligned
-             * vector of the level's width (nt_align): with y 16 bytes past
-             * 32 (NumPy allocates 16 past a line), the AVX2 kernels' 16-byte
-             * streaming stores at each half's ends made (1, 32, 8192, 128)
-             * float32 out of place 11.9-12.5 ms on a Zen 5 EPYC (1 thread),
-             * against 8.2 ms with y on 32 bytes and 8.6-8.8 ms with plain
-             * stores; plain stores at those ends instead were no better */
+             * vector: of the level's width (nt_align) where y allows, else
+             * of 16 bytes, as NumPy's own arrays (16 bytes past a line)
+             * allow.  Measured, Zen 5 EPYC, 1 thread, (1, 32, 8192, 128)
+             * float32 out of place, y 16 bytes past a line: the AVX2
+             * kernels' 16-byte streaming stores at each half's ends among
+             * 32-byte ones 11.9-12.5 ms; plain stores 8.6-8.8 ms (8.8-9.2
+             * with AVX-512); 16-byte streaming stores throughout 6.1-6.5
+             * ms (interleaved 7.6-8.3 -> 5.5-6.1; float64 (1, 32, 4096,
+             * 128) 11.7-12.2 -> 7.8-8.1, interleaved 9.4-9.9 -> 5.6-6.1);
+             * y on 32 bytes, the AVX2 kernels 6.0-7.4 ms. */
             const ptrdiff_t nt = rope_table.nt_align;
+#define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
+                      ALIGNED(g->y_s, a))
+            const int wide = run_bytes % nt == 0 && Y_ALIGNED(nt);
             const int streaming =
-                !in_place && run_bytes % nt == 0 && large &&
-                ALIGNED(g->y, nt) && ALIGNED(g->y_b, nt) && ALIGNED(g->y_h, nt) &&
-                ALIGNED(g->y_s, nt) &&
+                !in_place && large && (wide || Y_ALIGNED(16)) &&
                 pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h +
                                    g->S / 2 * g->y_s);
+#undef Y_ALIGNED
             pe_rope_fn fast;
             if (streaming) {
                 /* the kernels do not fence: rope_grid_task does, once */
-                fast = rope_table.nt[inter][back][f64];
+                fast = rope_table.nt[inter][back][f64][wide];
                 job.streaming = 1;
                 job.prefetch = 0;                      /* (measured: no gain) */
             } else {
