@@ -720,10 +720,10 @@ DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_stor
  * (vcvtph2ps, vcvtps2ph to nearest even) and maths as the F16C kernels on
  * zmm registers, for rows whose rotated run is a multiple of 16, in place
  * only.  Measured in place, 1 thread, Zen 5 EPYC, HF's tables: (1, 32,
- * 128, 128) 0.038 -> 0.030-0.031 ms (interleaved 0.049 -> 0.037), (1, 32,
- * 8192, 128) 2.73-2.82 -> 2.36-2.53 ms, (1, 32, 16384, 128) 5.3-5.5 ->
- * 5.5-5.7 ms (interleaved 6.7-6.8 -> 5.7-6.0, any tables 6.0-6.1 ->
- * 4.8-5.0); but out of place, from memory, twice the 8-wide kernels' time at every alignment of
+ * 128, 128) 0.038-0.039 -> 0.030-0.033 ms (interleaved 0.049-0.050 ->
+ * 0.037-0.038), (1, 32, 8192, 128) 2.73-2.82 -> 2.36-2.53 ms, (1, 32,
+ * 16384, 128) 5.3-5.5 -> 5.5-5.7 ms, memory-bound (interleaved 6.7-7.1 ->
+ * 5.7-6.1, any tables 6.0-6.4 -> 4.8-6.0); but out of place, from memory, twice the 8-wide kernels' time at every alignment of
  * x and y tried ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms,
  * 5.3-5.4 with the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for
  * a reason not found (bfloat16's 16-wide kernels are faster out of place
