@@ -1249,8 +1249,11 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
              * 32-byte ones 11.9-12.5 ms; plain stores 8.6-8.8 ms (8.8-9.2
              * with AVX-512); 16-byte streaming stores throughout 6.1-6.5
              * ms (interleaved 7.6-8.3 -> 5.5-6.1; float64 (1, 32, 4096,
-             * 128) 11.7-12.2 -> 7.8-8.1, interleaved 9.4-9.9 -> 5.6-6.1);
-             * y on 32 bytes, the AVX2 kernels 6.0-7.4 ms. */
+             * 128) 11.7-12.2 -> 7.8-8.1, interleaved 9.4-9.9 -> 5.6-6.1),
+             * all at POSEMB_CPU=sse2; as built, the AVX-512 level with the
+             * SSE2 streaming kernels for such y: 6.0-6.1 ms (interleaved
+             * 5.5, float64 6.5-7.3, interleaved 5.4); y on 32 bytes, the
+             * AVX2 kernels 6.0-7.4 ms. */
             const ptrdiff_t nt = rope_table.nt_align;
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
