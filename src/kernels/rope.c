@@ -1219,7 +1219,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
                          itemsize, 2048, 0, 0, 0, 0, 0, 0, 0};
-    int tables_ok, in_place, large;
+    int tables_ok, in_place, large, past_llc;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
     if (gv.B == 1)
@@ -1232,6 +1232,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     in_place = g->y == g->x && g->y_b == g->x_b && g->y_h == g->x_h && g->y_s == g->x_s;
     /* at least PE_STREAM_MIN_BYTES of x: streaming stores and prefetch */
     large = g->d > 0 && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize);
+    /* x (and y, out of place) pass through memory, not the last-level cache */
+    past_llc = g->d > 0 && g->B * g->H * g->S >
+                               pe_cache_llc_bytes() / ((in_place ? 1 : 2) * g->d * itemsize);
     if (!tables_ok || g->x_inner != itemsize || g->y_inner != itemsize)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
     if (type == 1 || type == 2) {
@@ -1270,8 +1273,19 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                 job.streaming = 1;
                 job.prefetch = 0;                      /* (measured: no gain) */
             } else {
+                /* in place beyond the last-level cache, the 16-byte kernels:
+                 * measured, 1 thread, Zen 5 EPYC, against the widest
+                 * (AVX-512), 3 alternating runs each: (1, 32, 8192, 128)
+                 * float32 half-split in place 5.5-5.8 -> 4.7-4.9 ms (an
+                 * in-place scale 4.3-4.5), float64 (1, 32, 4096, 128)
+                 * 6.9-7.9 -> 6.0-6.2 ms, HF's transposed q 4.8-4.9 -> 4.6-4.8
+                 * ms, interleaved alike (5.0 ms); at 2 threads no slower.
+                 * Longer prefetch distances did not close the gap; in cache
+                 * the 16-byte kernels are 30% slower ((1, 32, 512, 128) 157
+                 * against 206 us). */
                 fast = rope_table.one[inter][back][f64]
-                                     [run_bytes % 64 == 0 ? 2 : run_bytes % 32 == 0];
+                                     [in_place && past_llc ? 0 :
+                                      run_bytes % 64 == 0 ? 2 : run_bytes % 32 == 0];
             }
             if (inter)
                 job.fn = fast;
@@ -1299,9 +1313,6 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         if ((in_place || job.streaming || type == 3) && large)
             job.ahead = 4;
     }
-    /* heads-inner walk: one head per call where x (and y, out of place)
-     * pass through memory, not the last-level cache */
-    job.one_head = g->d > 0 && g->B * g->H * g->S >
-                                   pe_cache_llc_bytes() / ((in_place ? 1 : 2) * g->d * itemsize);
+    job.one_head = past_llc;   /* (see the heads-inner walk) */
     return grid_run(&job, rope_block_table_bytes());
 }
