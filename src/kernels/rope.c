@@ -141,10 +141,18 @@ static pe_rope_fn rope_halfprec[2][2][2];
 /* 16 values per vector (AVX-512), [bf16][inter][back]; NULL: none */
 static pe_rope_fn rope_halfprec_wide[2][2][2];
 
+/* May L's run of `run` values go 16 at a time (AVX-512)?  Where it is a
+ * multiple of 16, and for float16 only in place (see the float16 AVX-512
+ * kernels): the one rule for the full and the duplicated-table kernels. */
+static int rope_halfprec_wide_ok(const pe_rope_loop *L, int bf16, ptrdiff_t run)
+{
+    return run % 16 == 0 && (bf16 || L->y == L->x);
+}
+
 /* Run L with the vector kernel of its type when the level has one and L
  * allows it (contiguous features and tables, the rotated part a multiple
- * of 8 values; 16-wide where it is a multiple of 16, and for float16 only
- * in place): 1 when it ran the whole call. */
+ * of 8 values; 16 at a time where rope_halfprec_wide_ok): 1 when it ran
+ * the whole call. */
 static int rope_halfprec_vector(const pe_rope_loop *L, int bf16, int inter, int back)
 {
     const pe_rope_fn fn = rope_halfprec[bf16][inter][back],
@@ -153,7 +161,7 @@ static int rope_halfprec_vector(const pe_rope_loop *L, int bf16, int inter, int 
     if (fn == NULL || L->x_inner != 2 || L->y_inner != 2 || L->cos_inner != 2 ||
         L->sin_inner != 2 || h <= 0 || run % 8 != 0)
         return 0;
-    (wide != NULL && run % 16 == 0 && (bf16 || L->y == L->x) ? wide : fn)(L);
+    (wide != NULL && rope_halfprec_wide_ok(L, bf16, run) ? wide : fn)(L);
     return 1;
 }
 #define IS_BF16_f16 0
@@ -723,11 +731,12 @@ DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_stor
  * 128, 128) 0.038-0.039 -> 0.030-0.033 ms (interleaved 0.049-0.050 ->
  * 0.037-0.038), (1, 32, 8192, 128) 2.73-2.82 -> 2.36-2.53 ms, (1, 32,
  * 16384, 128) 5.3-5.5 -> 5.5-5.7 ms, memory-bound (interleaved 6.7-7.1 ->
- * 5.7-6.1, any tables 6.0-6.4 -> 4.8-6.0); but out of place, from memory, twice the 8-wide kernels' time at every alignment of
- * x and y tried ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms,
- * 5.3-5.4 with the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for
- * a reason not found (bfloat16's 16-wide kernels are faster out of place
- * than its 8-wide ones).
+ * 5.7-6.1, any tables 6.0-6.4 -> 4.8-6.0); but out of place, from memory,
+ * twice the 8-wide kernels' time at every alignment of x and y tried
+ * ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms, 5.3-5.4 with
+ * the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for a reason not
+ * found (bfloat16's 16-wide kernels are faster out of place than its
+ * 8-wide ones).
  */
 #define F16_LOAD512(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define F16_STORE512(p, v) \
@@ -735,9 +744,9 @@ DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_stor
 DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd)
 DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back)
 DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd,
-                   h % 16 == 0 && L->y == L->x, f16c_dup_fwd)
+                   rope_halfprec_wide_ok(L, 0, h), f16c_dup_fwd)
 DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back,
-                   h % 16 == 0 && L->y == L->x, f16c_dup_back)
+                   rope_halfprec_wide_ok(L, 0, h), f16c_dup_back)
 DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
                       F16_STORE512, fwd)
 DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
