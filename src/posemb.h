@@ -136,6 +136,9 @@ int pe_get_num_threads(void);    /* default: online CPUs */
  * 1 MiB where the system does not say), clamped to [256 KiB, 4 MiB].
  */
 ptrdiff_t pe_cache_l2_bytes(void);
+/* The per-core L1 data cache size, read once at run time (32 KiB where the
+ * system does not say), clamped to [16 KiB, 256 KiB]. */
+ptrdiff_t pe_cache_l1_bytes(void);
 /* The last-level (L3) cache size, read once at run time (the L2 size where
  * the system does not say). */
 ptrdiff_t pe_cache_llc_bytes(void);
@@ -180,6 +183,8 @@ void pe_stream_read_f32(ptrdiff_t n, const float *x);       /* reads x */
  * (partial rotary; an odd r leaves its unpaired feature unchanged).
  * *_step are the byte strides between vectors, *_inner between features.
  * y may be x itself (in place): every pair is read before it is written.
+ * m > 1: m groups of those n vectors, group o's at x + o * x_outer (y, cos
+ * and sin alike); m <= 1 (a zeroed field too): one group.
  */
 typedef struct pe_rope_loop {
     ptrdiff_t n, d, r;
@@ -187,9 +192,14 @@ typedef struct pe_rope_loop {
     char *y;
     ptrdiff_t x_step, cos_step, sin_step, y_step;
     ptrdiff_t x_inner, cos_inner, sin_inner, y_inner;
+    ptrdiff_t m, x_outer, cos_outer, sin_outer, y_outer;
 } pe_rope_loop;
 
 typedef void (*pe_rope_fn)(const pe_rope_loop *);
+
+/* For a kernel without its own loop over groups: if L has m > 1 groups,
+ * runs self once per group and returns 1; else 0 (rope.c). */
+int pe_rope_groups(const pe_rope_loop *L, pe_rope_fn self);
 
 /*
  * Half-split pairing (GPT-NeoX, HF rotate_half), h = r/2, i < h:

@@ -2,9 +2,9 @@
  * rope.c - rotary position embeddings: apply (forward and adjoint),
  * rotate_half, and the cos/sin tables.
  *
- * Every apply kernel runs n vectors (pe_rope_loop in posemb.h); the driver
- * pe_rope_apply, the gufunc (h,s,d),(s,r),(s,r)->(h,s,d)'s loop, hands it
- * blocks of positions x heads on the pool.  The one line of maths,
+ * Every apply kernel runs n vectors in m groups (pe_rope_loop in
+ * posemb.h); the driver pe_rope_apply, the gufunc (h,s,d),(s,r),(s,r)->
+ * (h,s,d)'s loop, hands it blocks of positions x heads on the pool.  The one line of maths,
  * for a pair (a, b) of features -- (i, i + r/2) in the half-split layout,
  * (2i, 2i + 1) in the interleaved one:
  *
@@ -51,6 +51,22 @@
 #define STORE_f32(p, v) (*(float *)(void *)(p) = (v))
 #define LOAD_f64(p) (*(const double *)(const void *)(p))
 #define STORE_f64(p, v) (*(double *)(void *)(p) = (v))
+
+int pe_rope_groups(const pe_rope_loop *L, pe_rope_fn self)
+{
+    if (L->m <= 1)
+        return 0;
+    pe_rope_loop one = *L;
+    one.m = 1;
+    for (ptrdiff_t o = 0; o < L->m; o++) {
+        self(&one);
+        one.x += L->x_outer;
+        one.cos += L->cos_outer;
+        one.sin += L->sin_outer;
+        one.y += L->y_outer;
+    }
+    return 1;
+}
 
 /*
  * Contiguous fast paths for float32/float64: one vector with unit inner
@@ -112,6 +128,8 @@ ATTR void NAME(const pe_rope_loop *L)                                         \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
     const ptrdiff_t z = (ptrdiff_t)sizeof(T);                                 \
+    if (pe_rope_groups(L, NAME))                                              \
+        return;                                                               \
     const int contig = L->x_inner == z && L->y_inner == z &&                  \
                        L->cos_inner == z && L->sin_inner == z;                \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
@@ -171,6 +189,8 @@ static int rope_halfprec_vector(const pe_rope_loop *L, int bf16, int inter, int 
 void pe_rope_##LAYOUT##_##DIR##_##SUF(const pe_rope_loop *L)                  \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, pe_rope_##LAYOUT##_##DIR##_##SUF))                  \
+        return;                                                               \
     if (rope_halfprec_vector(L, IS_BF16_##SUF, IS_INTER_##LAYOUT, IS_BACK_##DIR)) \
         return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
@@ -229,6 +249,8 @@ DEFINE_ROPE_HALFPREC(inter, back, bf16)
 ATTR void NAME(const pe_rope_loop *L)                                         \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, NAME))                                              \
+        return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         const T *restrict c = (const T *)(const void *)(L->cos + k * L->cos_step); \
         const T *restrict s = (const T *)(const void *)(L->sin + k * L->sin_step); \
@@ -330,26 +352,69 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
             memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T));
 #define COPY_TAIL(T) COPY_TAIL_OF(T, x, y)
 /*
- * Rows that share one table row (cos_step = sin_step = 0: the heads of a
- * position, as the driver hands them over) go two at a time when STEPS_OK,
- * PAIR_STEPS running rows x, x2 -> y, y2 by c, s (each table vector loaded
- * once for both); k is left at the first row not done.
+ * The rows of a one-pass kernel: L's m groups of n rows (pe_rope_loop),
+ * with L's fields read once into locals (a vector store may alias any
+ * memory the compiler cannot see is private, so fields read through L are
+ * read again after each store).  Rows that share one table row (cos_step =
+ * sin_step = 0: the heads of a position, as the driver hands them over) go
+ * two at a time when PAIR_OK, PAIR_STEPS running rows x, x2 -> y, y2 by
+ * c, s (each table vector loaded once for both); ROW_STEPS runs one row
+ * x -> y by c, s.  Features past 2h are copied (out of place).  Calls of
+ * one such pair and no features to copy (the tile walk's) take a loop of
+ * their own, with fewer values live across it: measured through
+ * pe_rope_apply from C, 1 thread, Zen 5 EPYC, (1, 32, 128, 128) float32 in
+ * place, x on a line / 16 bytes past one: 24.7-25.4 / 30.2-31.5 us ->
+ * 22.8-23.3 / 27.1-28.8 us.
  */
-#define PAIRED_ROWS(T, STEPS_OK, PAIR_STEPS)                                  \
-    ptrdiff_t k = 0;                                                          \
-    if (L->cos_step == 0 && L->sin_step == 0 && (STEPS_OK)) {                 \
-        const T *c = (const T *)(const void *)L->cos;                         \
-        const T *s = (const T *)(const void *)L->sin;                         \
-        for (; k + 2 <= L->n; k += 2) {                                       \
-            const T *x = (const T *)(const void *)(L->x + k * L->x_step);     \
-            const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step); \
-            T *y = (T *)(void *)(L->y + k * L->y_step);                       \
-            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);                \
+#define ONE_PASS_ROWS(T, PAIR_OK, PAIR_STEPS, ROW_STEPS)                      \
+    const ptrdiff_t h = L->r / 2, n = L->n, m = L->m > 1 ? L->m : 1;          \
+    const ptrdiff_t tail = L->d - 2 * h;                                      \
+    const ptrdiff_t xs = L->x_step, cs = L->cos_step, ss = L->sin_step;       \
+    const ptrdiff_t ys = L->y_step;                                           \
+    const ptrdiff_t xo = L->x_outer, co = L->cos_outer, so = L->sin_outer;    \
+    const ptrdiff_t yo = L->y_outer;                                          \
+    const int paired = cs == 0 && ss == 0 && (PAIR_OK);                       \
+    const char *xg = L->x, *cg = L->cos, *sg = L->sin;                        \
+    char *yg = L->y;                                                          \
+    if (paired && n == 2 && tail <= 0) {                                      \
+        for (ptrdiff_t o = 0; o < m; o++, xg += xo, cg += co, sg += so, yg += yo) { \
+            const T *c = (const T *)(const void *)cg;                         \
+            const T *s = (const T *)(const void *)sg;                         \
+            const T *x = (const T *)(const void *)xg;                         \
+            const T *x2 = (const T *)(const void *)(xg + xs);                 \
+            T *y = (T *)(void *)yg;                                           \
+            T *y2 = (T *)(void *)(yg + ys);                                   \
             PAIR_STEPS                                                        \
-            COPY_TAIL_OF(T, x, y)                                             \
-            COPY_TAIL_OF(T, x2, y2)                                           \
+        }                                                                     \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t o = 0; o < m; o++, xg += xo, cg += co, sg += so, yg += yo) { \
+        ptrdiff_t k = 0;                                                      \
+        if (paired) {                                                         \
+            const T *c = (const T *)(const void *)cg;                         \
+            const T *s = (const T *)(const void *)sg;                         \
+            for (; k + 2 <= n; k += 2) {                                      \
+                const T *x = (const T *)(const void *)(xg + k * xs);          \
+                const T *x2 = (const T *)(const void *)(xg + (k + 1) * xs);   \
+                T *y = (T *)(void *)(yg + k * ys);                            \
+                T *y2 = (T *)(void *)(yg + (k + 1) * ys);                     \
+                PAIR_STEPS                                                    \
+                ONE_PASS_TAIL(T, x, y)                                        \
+                ONE_PASS_TAIL(T, x2, y2)                                      \
+            }                                                                 \
+        }                                                                     \
+        for (; k < n; k++) {                                                  \
+            const T *c = (const T *)(const void *)(cg + k * cs);              \
+            const T *s = (const T *)(const void *)(sg + k * ss);              \
+            const T *x = (const T *)(const void *)(xg + k * xs);              \
+            T *y = (T *)(void *)(yg + k * ys);                                \
+            ROW_STEPS                                                         \
+            ONE_PASS_TAIL(T, x, y)                                            \
         }                                                                     \
     }
+#define ONE_PASS_TAIL(T, x, y)                                                \
+    if (tail > 0 && y != x)                                                   \
+        memcpy(y + 2 * h, x + 2 * h, (size_t)tail * sizeof(T));
 
 /* two vectors of each half of row x into row y, by table vectors c0, c1
  * (cos[i], cos[i + W]) and s0, s1; X0..X3 hold x's values, loaded before */
@@ -376,7 +441,7 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
 
 /*
  * ISA: sse2, avx2 or avx512f; P/V/W: the vector prefix, type and width
- * (elements).  Rows sharing one table row go in pairs (PAIRED_ROWS).
+ * (elements).  Rows sharing one table row go in pairs (ONE_PASS_ROWS).
  * Measured in place, 1
  * thread, against an in-place scale (two builds, 6 alternating runs):
  * (1, 32, 128, 128) float32, in cache, 51-62 -> 44-52 us (2.05-2.32x ->
@@ -385,35 +450,32 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
  * the noise.  Four at a time (one process, 6 rounds): 1.76x against
  * 1.86x for two in cache, but 128 MiB float32 1.21x against 1.10x.
  */
+#define HALF_ROW_STEPS(P, S, V, W, DIR)                                       \
+            ptrdiff_t i = 0;                                                  \
+            for (; i + 2 * W <= h; i += 2 * W) {                              \
+                const V xa0 = VF(P, loadu, S)(x + i);                         \
+                const V xa1 = VF(P, loadu, S)(x + i + W);                     \
+                const V xb0 = VF(P, loadu, S)(x + i + h);                     \
+                const V xb1 = VF(P, loadu, S)(x + i + h + W);                 \
+                const V c0 = VF(P, loadu, S)(c + i), s0 = VF(P, loadu, S)(s + i); \
+                const V c1 = VF(P, loadu, S)(c + i + W);                      \
+                const V s1 = VF(P, loadu, S)(s + i + W);                      \
+                STORE_STEP(P, S, W, DIR, y, xa0, xa1, xb0, xb1)               \
+            }                                                                 \
+            for (; i < h; i += W) {                                           \
+                const V xa = VF(P, loadu, S)(x + i), xb = VF(P, loadu, S)(x + i + h); \
+                const V cv = VF(P, loadu, S)(c + i), sv = VF(P, loadu, S)(s + i); \
+                const V ya = VLO(P, S, DIR, xa, xb, cv, sv);                  \
+                const V yb = VHI(P, S, DIR, xa, xb, cv, sv);                  \
+                VF(P, storeu, S)(y + i, ya);                                  \
+                VF(P, storeu, S)(y + i + h, yb);                              \
+            }
 #define DEFINE_ROPE_X86(ISA, DIR, T, SUF, P, S, V, W)                         \
 __attribute__((target(#ISA)))                                                 \
 static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
 {                                                                             \
-    const ptrdiff_t h = L->r / 2;                                             \
-    PAIRED_ROWS(T, h % (2 * W) == 0, HALF_PAIR_STEPS(P, S, V, W, DIR))        \
-    for (; k < L->n; k++) {                                                   \
-        ROW_POINTERS(T)                                                       \
-        ptrdiff_t i = 0;                                                      \
-        for (; i + 2 * W <= h; i += 2 * W) {                                  \
-            const V xa0 = VF(P, loadu, S)(x + i);                             \
-            const V xa1 = VF(P, loadu, S)(x + i + W);                         \
-            const V xb0 = VF(P, loadu, S)(x + i + h);                         \
-            const V xb1 = VF(P, loadu, S)(x + i + h + W);                     \
-            const V c0 = VF(P, loadu, S)(c + i), s0 = VF(P, loadu, S)(s + i); \
-            const V c1 = VF(P, loadu, S)(c + i + W);                          \
-            const V s1 = VF(P, loadu, S)(s + i + W);                          \
-            STORE_STEP(P, S, W, DIR, y, xa0, xa1, xb0, xb1)                   \
-        }                                                                     \
-        for (; i < h; i += W) {                                               \
-            const V xa = VF(P, loadu, S)(x + i), xb = VF(P, loadu, S)(x + i + h); \
-            const V cv = VF(P, loadu, S)(c + i), sv = VF(P, loadu, S)(s + i); \
-            const V ya = VLO(P, S, DIR, xa, xb, cv, sv);                      \
-            const V yb = VHI(P, S, DIR, xa, xb, cv, sv);                      \
-            VF(P, storeu, S)(y + i, ya);                                      \
-            VF(P, storeu, S)(y + i + h, yb);                                  \
-        }                                                                     \
-        COPY_TAIL(T)                                                          \
-    }                                                                         \
+    ONE_PASS_ROWS(T, h % (2 * W) == 0, HALF_PAIR_STEPS(P, S, V, W, DIR),      \
+                  HALF_ROW_STEPS(P, S, V, W, DIR))                            \
 }
 
 /* streaming half passes: SSE2 16 bytes at a time, AVX2 32 (nt_align) */
@@ -435,6 +497,8 @@ __attribute__((target(#ISA)))                                                 \
 static void rope_nt_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)              \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, rope_nt_##ISA##_##DIR##_##SUF))                     \
+        return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(T)                                                       \
         NT_PASSES_##ISA(DIR, T, S, W2)                                        \
@@ -507,26 +571,25 @@ static const double inter_sign_back_f64[8] = {0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 0
                 VF(P, storeu, S)(y2 + i, INTER_ROT(P, S, xv2, cv, tsv, sign)); \
             }
 
+/* one row's interleaved steps */
+#define INTER_ROW_STEPS(P, S, W, DIR, SUF)                                    \
+            for (ptrdiff_t i = 0; i < 2 * h; i += W) {                        \
+                __typeof__(VF(P, loadu, S)(x)) xv = VF(P, loadu, S)(x + i);   \
+                __asm__("" : "+x"(xv));                                       \
+                VF(P, storeu, S)(y + i, INTER_RESULT(P, S, DIR, SUF, xv));    \
+            }
+
 /* one pass, plain stores (y may be x) */
 #define DEFINE_INTER_ONE(ISA, DIR, T, SUF, P, S, W)                           \
 __attribute__((target(#ISA)))                                                 \
 static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
 {                                                                             \
-    const ptrdiff_t h = L->r / 2;                                             \
     /* rows sharing one table row in pairs: (1, 32, 128, 128) float32 in    \
      * place 67-68 -> 47 us, 128 MiB float32 1.14-1.27x -> 1.10-1.15x,      \
      * float64 1.43-1.56x -> 1.29-1.36x an in-place scale (two builds, 3    \
      * alternating runs) */                                                  \
-    PAIRED_ROWS(T, (2 * h) % W == 0, INTER_PAIR_STEPS(P, S, W, DIR, SUF))     \
-    for (; k < L->n; k++) {                                                   \
-        ROW_POINTERS(T)                                                       \
-        for (ptrdiff_t i = 0; i < 2 * h; i += W) {                            \
-            __typeof__(VF(P, loadu, S)(x)) xv = VF(P, loadu, S)(x + i);       \
-            __asm__("" : "+x"(xv));                                           \
-            VF(P, storeu, S)(y + i, INTER_RESULT(P, S, DIR, SUF, xv));        \
-        }                                                                     \
-        COPY_TAIL(T)                                                          \
-    }                                                                         \
+    ONE_PASS_ROWS(T, (2 * h) % W == 0, INTER_PAIR_STEPS(P, S, W, DIR, SUF),   \
+                  INTER_ROW_STEPS(P, S, W, DIR, SUF))                         \
 }
 
 /* streaming stores; W2 elements make 16 bytes; AVX2 32 (nt_align) */
@@ -541,6 +604,8 @@ __attribute__((target(#ISA)))                                                 \
 static void inter_nt_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, inter_nt_##ISA##_##DIR##_##SUF))                    \
+        return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(T)                                                       \
         INTER_NT_##ISA(DIR, SUF, S, W2)                                       \
@@ -646,6 +711,8 @@ __attribute__((target(TARGET)))                                               \
 static void NAME##_half_##DIR(const pe_rope_loop *L)                          \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, NAME##_half_##DIR))                                 \
+        return;                                                               \
     HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, 0)                          \
 }
 #define DEFINE_HALFPREC_DUP(NAME, TARGET, P, V, W, LOAD, STORE, DIR, USE, OTHER) \
@@ -653,6 +720,8 @@ __attribute__((target(TARGET)))                                               \
 static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, NAME##_dup_##DIR))                                  \
+        return;                                                               \
     if (!(USE)) {                                                             \
         OTHER(L);                                                             \
         return;                                                               \
@@ -679,6 +748,8 @@ __attribute__((target(TARGET)))                                               \
 static void NAME##_inter_##DIR(const pe_rope_loop *L)                         \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, NAME##_inter_##DIR))                                \
+        return;                                                               \
     const V sign = VF(P, loadu, ps)(inter_sign_##DIR##_f32);                  \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(uint16_t)                                                \
@@ -869,6 +940,9 @@ typedef struct {
     ptrdiff_t blocks;    /* blocks per batch entry */
     int heads_inner;     /* x's heads lie closer in memory than its positions */
     ptrdiff_t head_group; /* > 1: heads walked in groups of this many, row by row */
+    pe_rope_fn tiled;    /* the one-pass kernel that the tile walk calls for
+                          * blocks that use it, or NULL: no tile walk */
+    ptrdiff_t tile;      /* positions per tile */
     int streaming;       /* fn uses streaming stores: fence once per task */
 } rope_grid_job;
 
@@ -926,6 +1000,53 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         L.y_inner = g->y_inner;
         L.cos_inner = g->cos_inner;
         L.sin_inner = g->sin_inner;
+        L.m = 1;
+        L.x_outer = L.cos_outer = L.sin_outer = L.y_outer = 0;
+        if (!job->heads_inner && job->head_group > 1 && fn == job->tiled) {
+            /* (b, h, s, d) memory within the last-level cache: tiles of
+             * job->tile positions, whose table rows stay in L1, each run
+             * over pairs of heads, one call per pair (n = 2 heads sharing
+             * each table row, m = the tile's positions: the one-pass
+             * kernels loop over them themselves).  Measured, 1 thread, Zen
+             * 5 EPYC (48 KiB L1d), against the grouped walk below, as
+             * built (with ONE_PASS_ROWS' locals), mean over x at 0, 16, 32
+             * and 48 bytes past a line, 3 alternating runs, in place:
+             * (1, 32, 128, 128) float32 36.0-36.8 -> 29.0-31.3 us; (1, 32,
+             * 32, 128) 9.2 -> 7.1-7.7 us; (1, 32, 512, 128) 164-169 ->
+             * 123-135 us; interleaved (1, 32, 128, 128) 38.0-38.9 ->
+             * 33.0-35.8 us; d = 64 (1, 32, 256, 64) 39.3-40.6 -> 31.8-35.7
+             * us; float64 (1, 32, 64, 128) 40.7-42.4 -> 31.2-33.3 us; out
+             * of place (1, 32, 128, 128) 58.3-59.7 -> 51.7-55.1 us.  A first
+             * version was slower at (1, 32, 1024, 128), 16 MiB (331 ->
+             * 362-444 us), and 2-3x slower beyond the cache, hence a
+             * quarter of the LLC.  Tiles of 8, 16 and 32 positions: 16 best
+             * (16 KiB of table rows); one head per call (no pairs), and
+             * pairs called position by position, both slower than the
+             * grouped walk.  float16 slower too ((1, 32, 128, 128) in
+             * place 29.5-30.3 -> 32.4-34.2 us; its kernels run the groups
+             * one call each), bfloat16 even (58-60 us): the tile walk is
+             * the one-pass kernels' (job->tiled). */
+            L.x_step = g->x_h;
+            L.y_step = g->y_h;
+            L.cos_step = 0;
+            L.sin_step = 0;
+            L.x_outer = g->x_s;
+            L.cos_outer = g->cos_s;
+            L.sin_outer = g->sin_s;
+            L.y_outer = g->y_s;
+            for (ptrdiff_t p0 = s0; p0 < s0 + rows; p0 += job->tile) {
+                L.m = s0 + rows - p0 < job->tile ? s0 + rows - p0 : job->tile;
+                L.cos = g->cos + b * g->cos_b + p0 * g->cos_s;
+                L.sin = g->sin + b * g->sin_b + p0 * g->sin_s;
+                for (ptrdiff_t h0 = 0; h0 < g->H; h0 += 2) {
+                    L.n = g->H - h0 < 2 ? g->H - h0 : 2;
+                    L.x = g->x + b * g->x_b + h0 * g->x_h + p0 * g->x_s;
+                    L.y = g->y + b * g->y_b + h0 * g->y_h + p0 * g->y_s;
+                    fn(&L);
+                }
+            }
+            continue;
+        }
         if (!job->heads_inner && job->head_group > 1) {
             /* (b, h, s, d) memory: groups of heads (about 2 KiB of x per
              * position), position by position within the group, each call
@@ -1227,7 +1348,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     int tables_ok, in_place, large, past_llc;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
@@ -1300,6 +1421,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                 job.fn = fast;
             else
                 job.dup = fast;
+            job.tiled = fast;
         }
     }
     {
@@ -1323,5 +1445,16 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
             job.ahead = 4;
     }
     job.one_head = past_llc;   /* (see the heads-inner walk) */
+    /* the tile walk (see rope_grid_task) for the one-pass kernels where x
+     * (and y, out of place) fit in a quarter of the last-level cache and y
+     * is not streamed: tiles of table rows (cos and sin) filling a third
+     * of L1 */
+    if (job.tiled != NULL && !job.streaming && g->d > 0 &&
+        g->B * g->H * g->S <= pe_cache_llc_bytes() / (4 * (in_place ? 1 : 2) * g->d * itemsize)) {
+        const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
+        job.tile = tile > 1 ? tile : 1;
+    } else {
+        job.tiled = NULL;
+    }
     return grid_run(&job, rope_block_table_bytes());
 }

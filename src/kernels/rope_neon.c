@@ -96,6 +96,8 @@ static inline void inter_##DIR##_vec(ptrdiff_t h, const float *x,             \
 void pe_rope_##LAYOUT##_##DIR##_f32_neon(const pe_rope_loop *L)               \
 {                                                                             \
     const ptrdiff_t z = (ptrdiff_t)sizeof(float), h = L->r / 2;               \
+    if (pe_rope_groups(L, pe_rope_##LAYOUT##_##DIR##_f32_neon))               \
+        return;                                                               \
     if (L->x_inner != z || L->y_inner != z || L->cos_inner != z ||            \
         L->sin_inner != z) {                                                  \
         pe_rope_##LAYOUT##_##DIR##_f32(L);                                    \

@@ -114,6 +114,8 @@ pe_rope_varlen_apply(const pe_rope_varlen *a, pe_rope_fn kernel)
     L.y_inner = a->y_inner;
     L.cos_inner = a->cos_inner;
     L.sin_inner = a->sin_inner;
+    L.m = 1;
+    L.x_outer = L.cos_outer = L.sin_outer = L.y_outer = 0;
     for (b = 0; b < a->nseq; b++) {
         int64_t lo, hi, off, t;
         /* bounds are read (and checked) once more here, so the loop stays

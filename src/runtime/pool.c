@@ -52,6 +52,7 @@ size_t pe_file_bytes(const char *path)
 
 #if defined(_WIN32) || defined(POSEMB_NO_THREADS)
 
+ptrdiff_t pe_cache_l1_bytes(void) { return (ptrdiff_t)32 << 10; }
 ptrdiff_t pe_cache_l2_bytes(void) { return (ptrdiff_t)1 << 20; }
 ptrdiff_t pe_cache_llc_bytes(void) { return (ptrdiff_t)1 << 20; }
 int pe_set_num_threads(int n) { (void)n; return 1; }
@@ -134,6 +135,7 @@ static long cache_bytes(atomic_long *cached, int level, int name, long (*fallbac
     return v;
 }
 
+static long l1_fallback(void) { return 32L << 10; }
 static long l2_fallback(void) { return 1L << 20; }
 static long llc_fallback(void) { return (long)pe_cache_l2_bytes(); }
 
@@ -147,6 +149,20 @@ static long llc_fallback(void) { return (long)pe_cache_l2_bytes(); }
 #else
 #define PE_SC_L3 (-1)
 #endif
+
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+#define PE_SC_L1 _SC_LEVEL1_DCACHE_SIZE
+#else
+#define PE_SC_L1 (-1)
+#endif
+
+ptrdiff_t pe_cache_l1_bytes(void)
+{
+    static atomic_long cached;
+    const long v = cache_bytes(&cached, 1, PE_SC_L1, l1_fallback);
+    /* tiles are sized from it: kept within 16 .. 256 KiB */
+    return (ptrdiff_t)(v < (16L << 10) ? 16L << 10 : v > (256L << 10) ? 256L << 10 : v);
+}
 
 ptrdiff_t pe_cache_l2_bytes(void)
 {

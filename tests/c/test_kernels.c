@@ -162,6 +162,8 @@ static void run_rope(pe_rope_fn fn, int f64, const rope_case *t, const double *x
     L.cos_step = L.sin_step = t->r * z;
     L.x_inner = L.y_inner = t->stride * z;
     L.cos_inner = L.sin_inner = z;
+    L.m = 1;
+    L.x_outer = L.cos_outer = L.sin_outer = L.y_outer = 0;
     fn(&L);
     const char *out = t->inplace ? xb : yb;
     for (ptrdiff_t k = 0; k < t->n; k++)
@@ -318,7 +320,8 @@ static void test_rope_apply_levels(void)
         pe_cpu_select(level);
         for (int kind = 0; kind < 4; kind++) {
             pe_rope_loop L2 = {S, d, d, (const char *)x, (const char *)c, (const char *)s,
-                               (char *)y1, d * 4, d * 4, d * 4, d * 4, 4, 4, 4, 4};
+                               (char *)y1, d * 4, d * 4, d * 4, d * 4, 4, 4, 4, 4,
+                               1, 0, 0, 0, 0};
             pe_rope_grid g = {1, H, S, d, d, (const char *)x, (const char *)c,
                               (const char *)s, (char *)y2, 0, S * d * 4, d * 4, 0,
                               S * d * 4, d * 4, 0, d * 4, 0, d * 4, 4, 4, 4, 4, NULL};
@@ -345,6 +348,64 @@ static void test_rope_apply_levels(void)
     free(s);
     free(y1);
     free(y2);
+}
+
+/* A loop of m groups (pe_rope_loop.m, *_outer) equals m calls of one
+ * group, bit for bit: every kernel of pe_rope_kernel, every type, at every
+ * CPU level (the full kernels run the groups one call each; the one-pass
+ * kernels, which loop over them themselves, run in test_rope_apply_levels
+ * through the tile walk) */
+static void test_rope_groups(void)
+{
+    enum { M = 3, N = 2, D = 32, G = M * N * D };
+    static const size_t sizes[4] = {2, 4, 8, 2};
+    unsigned char x[G * 8], c[M * D * 8], s[M * D * 8], y1[G * 8], y2[G * 8];
+    int ok = 1;
+    for (int level = 0; level <= pe_cpu_supported(); level++) {
+        pe_cpu_select(level);
+        for (int type = 0; type < 4; type++) {
+            const ptrdiff_t z = (ptrdiff_t)sizes[type];
+            for (int i = 0; i < G; i++) {
+                const float v = (float)urand();
+                const uint16_t hv = type == 0 ? pe_float_to_half(v) : pe_float_to_bf16(v);
+                const double dv = v;
+                memcpy(x + (size_t)i * (size_t)z, z == 2 ? (const void *)&hv
+                       : z == 4 ? (const void *)&v : (const void *)&dv, (size_t)z);
+            }
+            for (int i = 0; i < M * D; i++) {
+                const float cv = (float)cos(0.1 * i), sv = (float)sin(0.1 * i);
+                const uint16_t hc = type == 0 ? pe_float_to_half(cv) : pe_float_to_bf16(cv);
+                const uint16_t hs = type == 0 ? pe_float_to_half(sv) : pe_float_to_bf16(sv);
+                const double dc = cv, ds = sv;
+                memcpy(c + (size_t)i * (size_t)z, z == 2 ? (const void *)&hc
+                       : z == 4 ? (const void *)&cv : (const void *)&dc, (size_t)z);
+                memcpy(s + (size_t)i * (size_t)z, z == 2 ? (const void *)&hs
+                       : z == 4 ? (const void *)&sv : (const void *)&ds, (size_t)z);
+            }
+            for (int kind = 0; kind < 4; kind++) {
+                const pe_rope_fn fn = pe_rope_kernel(kind, type);
+                /* group o: rows o*N .. o*N+N-1 sharing table row o */
+                pe_rope_loop L = {N, D, D, (const char *)x, (const char *)c, (const char *)s,
+                                  (char *)y1, D * z, 0, 0, D * z, z, z, z, z,
+                                  M, N * D * z, D * z, D * z, N * D * z};
+                memset(y1, 0, sizeof y1);
+                memset(y2, 0xff, sizeof y2);
+                fn(&L);
+                L.m = 1;
+                L.y = (char *)y2;
+                for (int o = 0; o < M; o++) {
+                    fn(&L);
+                    L.x += N * D * z;
+                    L.cos += D * z;
+                    L.sin += D * z;
+                    L.y += N * D * z;
+                }
+                ok &= memcmp(y1, y2, (size_t)(G * z)) == 0;
+            }
+        }
+    }
+    pe_cpu_select(-1);
+    report(ok, "rope m groups == m calls, every kernel and level", 0, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -583,6 +644,7 @@ int main(void)
 #endif
     test_rope();
     test_rope_apply_levels();
+    test_rope_groups();
     test_rope_table();
     test_sinusoidal_table();
     test_half();
