@@ -352,31 +352,34 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
             memcpy(y + 2 * h, x + 2 * h, (size_t)(L->d - 2 * h) * sizeof(T));
 #define COPY_TAIL(T) COPY_TAIL_OF(T, x, y)
 /*
- * The rows of a one-pass kernel: L's m groups of n rows (pe_rope_loop),
- * with L's fields read once into locals (a vector store may alias any
- * memory the compiler cannot see is private, so fields read through L are
- * read again after each store).  Rows that share one table row (cos_step =
- * sin_step = 0: the heads of a position, as the driver hands them over) go
- * two at a time when PAIR_OK, PAIR_STEPS running rows x, x2 -> y, y2 by
- * c, s (each table vector loaded once for both); ROW_STEPS runs one row
- * x -> y by c, s.  Features past 2h are copied (out of place).  Calls of
- * one such pair and no features to copy (the tile walk's) take a loop of
- * their own, with fewer values live across it: measured through
+ * The rows of a one-pass kernel SELF: L's m groups of n rows (pe_rope_loop).
+ * Rows that share one table row (cos_step = sin_step = 0: the heads of a
+ * position, as the driver hands them over) go two at a time when PAIR_OK,
+ * PAIR_STEPS running rows x, x2 -> y, y2 by c, s (each table vector loaded
+ * once for both); ROW_STEPS runs one row x -> y by c, s.  Features past 2h
+ * are copied (out of place).
+ *
+ * A call of one such pair (the tile walk's: m positions of two heads)
+ * loops over its groups itself, with L's fields read once into locals (a
+ * vector store may alias any memory the compiler cannot see is private, so
+ * fields read through L are read again after each store): measured through
  * pe_rope_apply from C, 1 thread, Zen 5 EPYC, (1, 32, 128, 128) float32 in
- * place, x on a line / 16 bytes past one: 24.7-25.4 / 30.2-31.5 us ->
- * 22.8-23.3 / 27.1-28.8 us.
+ * place, x on a line / 16 bytes past one, against the general loop below
+ * with locals: 24.7-25.4 / 30.2-31.5 us -> 22.8-23.3 / 27.1-28.8 us.  Every
+ * other call (the grouped and heads-inner walks' n = 4, H and 1 rows) takes
+ * the general loop, one call per group: with locals there, HF's transposed
+ * q in place, (1, 32, 8192, 128), one call per head and position, went
+ * 4.65-4.67 -> 5.20-5.38 ms (the locals spilled to the stack).
  */
-#define ONE_PASS_ROWS(T, PAIR_OK, PAIR_STEPS, ROW_STEPS)                      \
-    const ptrdiff_t h = L->r / 2, n = L->n, m = L->m > 1 ? L->m : 1;          \
-    const ptrdiff_t tail = L->d - 2 * h;                                      \
-    const ptrdiff_t xs = L->x_step, cs = L->cos_step, ss = L->sin_step;       \
-    const ptrdiff_t ys = L->y_step;                                           \
-    const ptrdiff_t xo = L->x_outer, co = L->cos_outer, so = L->sin_outer;    \
-    const ptrdiff_t yo = L->y_outer;                                          \
-    const int paired = cs == 0 && ss == 0 && (PAIR_OK);                       \
-    const char *xg = L->x, *cg = L->cos, *sg = L->sin;                        \
-    char *yg = L->y;                                                          \
-    if (paired && n == 2 && tail <= 0) {                                      \
+#define ONE_PASS_ROWS(SELF, T, PAIR_OK, PAIR_STEPS, ROW_STEPS)                \
+    const ptrdiff_t h = L->r / 2;                                             \
+    if (L->n == 2 && L->cos_step == 0 && L->sin_step == 0 && (PAIR_OK)) {     \
+        const ptrdiff_t m = L->m > 1 ? L->m : 1, tail = L->d - 2 * h;         \
+        const ptrdiff_t xs = L->x_step, ys = L->y_step;                       \
+        const ptrdiff_t xo = L->x_outer, co = L->cos_outer;                   \
+        const ptrdiff_t so = L->sin_outer, yo = L->y_outer;                   \
+        const char *xg = L->x, *cg = L->cos, *sg = L->sin;                    \
+        char *yg = L->y;                                                      \
         for (ptrdiff_t o = 0; o < m; o++, xg += xo, cg += co, sg += so, yg += yo) { \
             const T *c = (const T *)(const void *)cg;                         \
             const T *s = (const T *)(const void *)sg;                         \
@@ -385,36 +388,34 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
             T *y = (T *)(void *)yg;                                           \
             T *y2 = (T *)(void *)(yg + ys);                                   \
             PAIR_STEPS                                                        \
+            if (tail > 0 && y != x) {                                         \
+                memcpy(y + 2 * h, x + 2 * h, (size_t)tail * sizeof(T));       \
+                memcpy(y2 + 2 * h, x2 + 2 * h, (size_t)tail * sizeof(T));     \
+            }                                                                 \
         }                                                                     \
         return;                                                               \
     }                                                                         \
-    for (ptrdiff_t o = 0; o < m; o++, xg += xo, cg += co, sg += so, yg += yo) { \
-        ptrdiff_t k = 0;                                                      \
-        if (paired) {                                                         \
-            const T *c = (const T *)(const void *)cg;                         \
-            const T *s = (const T *)(const void *)sg;                         \
-            for (; k + 2 <= n; k += 2) {                                      \
-                const T *x = (const T *)(const void *)(xg + k * xs);          \
-                const T *x2 = (const T *)(const void *)(xg + (k + 1) * xs);   \
-                T *y = (T *)(void *)(yg + k * ys);                            \
-                T *y2 = (T *)(void *)(yg + (k + 1) * ys);                     \
-                PAIR_STEPS                                                    \
-                ONE_PASS_TAIL(T, x, y)                                        \
-                ONE_PASS_TAIL(T, x2, y2)                                      \
-            }                                                                 \
+    if (pe_rope_groups(L, SELF))                                              \
+        return;                                                               \
+    ptrdiff_t k = 0;                                                          \
+    if (L->cos_step == 0 && L->sin_step == 0 && (PAIR_OK)) {                  \
+        const T *c = (const T *)(const void *)L->cos;                         \
+        const T *s = (const T *)(const void *)L->sin;                         \
+        for (; k + 2 <= L->n; k += 2) {                                       \
+            const T *x = (const T *)(const void *)(L->x + k * L->x_step);     \
+            const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step); \
+            T *y = (T *)(void *)(L->y + k * L->y_step);                       \
+            T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);                \
+            PAIR_STEPS                                                        \
+            COPY_TAIL_OF(T, x, y)                                             \
+            COPY_TAIL_OF(T, x2, y2)                                           \
         }                                                                     \
-        for (; k < n; k++) {                                                  \
-            const T *c = (const T *)(const void *)(cg + k * cs);              \
-            const T *s = (const T *)(const void *)(sg + k * ss);              \
-            const T *x = (const T *)(const void *)(xg + k * xs);              \
-            T *y = (T *)(void *)(yg + k * ys);                                \
-            ROW_STEPS                                                         \
-            ONE_PASS_TAIL(T, x, y)                                            \
-        }                                                                     \
+    }                                                                         \
+    for (; k < L->n; k++) {                                                   \
+        ROW_POINTERS(T)                                                       \
+        ROW_STEPS                                                             \
+        COPY_TAIL(T)                                                          \
     }
-#define ONE_PASS_TAIL(T, x, y)                                                \
-    if (tail > 0 && y != x)                                                   \
-        memcpy(y + 2 * h, x + 2 * h, (size_t)tail * sizeof(T));
 
 /* two vectors of each half of row x into row y, by table vectors c0, c1
  * (cos[i], cos[i + W]) and s0, s1; X0..X3 hold x's values, loaded before */
@@ -474,8 +475,8 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
 __attribute__((target(#ISA)))                                                 \
 static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
 {                                                                             \
-    ONE_PASS_ROWS(T, h % (2 * W) == 0, HALF_PAIR_STEPS(P, S, V, W, DIR),      \
-                  HALF_ROW_STEPS(P, S, V, W, DIR))                            \
+    ONE_PASS_ROWS(rope_one_##ISA##_##DIR##_##SUF, T, h % (2 * W) == 0,        \
+                  HALF_PAIR_STEPS(P, S, V, W, DIR), HALF_ROW_STEPS(P, S, V, W, DIR)) \
 }
 
 /* streaming half passes: SSE2 16 bytes at a time, AVX2 32 (nt_align) */
@@ -588,8 +589,8 @@ static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
      * place 67-68 -> 47 us, 128 MiB float32 1.14-1.27x -> 1.10-1.15x,      \
      * float64 1.43-1.56x -> 1.29-1.36x an in-place scale (two builds, 3    \
      * alternating runs) */                                                  \
-    ONE_PASS_ROWS(T, (2 * h) % W == 0, INTER_PAIR_STEPS(P, S, W, DIR, SUF),   \
-                  INTER_ROW_STEPS(P, S, W, DIR, SUF))                         \
+    ONE_PASS_ROWS(inter_one_##ISA##_##DIR##_##SUF, T, (2 * h) % W == 0,       \
+                  INTER_PAIR_STEPS(P, S, W, DIR, SUF), INTER_ROW_STEPS(P, S, W, DIR, SUF)) \
 }
 
 /* streaming stores; W2 elements make 16 bytes; AVX2 32 (nt_align) */
@@ -1043,15 +1044,15 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * over pairs of heads, one call per pair (n = 2 heads sharing
              * each table row, m = the tile's positions: the one-pass
              * kernels loop over them themselves).  Measured, 1 thread, Zen
-             * 5 EPYC (48 KiB L1d), against the grouped walk below, as
-             * built (with ONE_PASS_ROWS' locals), mean over x at 0, 16, 32
-             * and 48 bytes past a line, 3 alternating runs, in place:
-             * (1, 32, 128, 128) float32 36.0-36.8 -> 29.0-31.3 us; (1, 32,
-             * 32, 128) 9.2 -> 7.1-7.7 us; (1, 32, 512, 128) 164-169 ->
-             * 123-135 us; interleaved (1, 32, 128, 128) 38.0-38.9 ->
-             * 33.0-35.8 us; d = 64 (1, 32, 256, 64) 39.3-40.6 -> 31.8-35.7
-             * us; float64 (1, 32, 64, 128) 40.7-42.4 -> 31.2-33.3 us; out
-             * of place (1, 32, 128, 128) 58.3-59.7 -> 51.7-55.1 us.  A first
+             * 5 EPYC (48 KiB L1d), against the grouped walk below (the
+             * build before, 3 alternating runs), mean over x at 0, 16, 32
+             * and 48 bytes past a line, in place: (1, 32, 128, 128) float32
+             * 34.7-35.4 -> 29.8-31.5 us; (1, 32, 32, 128) 8.7-8.8 -> 7.1-7.3
+             * us; (1, 32, 512, 128) 151-156 -> 124-131 us; interleaved
+             * (1, 32, 128, 128) 36.6-37.1 -> 32.4-34.2 us; d = 64 (1, 32,
+             * 256, 64) 37.7-38.5 -> 34.9-36.6 us; float64 (1, 32, 64, 128)
+             * 39.7-39.9 -> 32.6-33.7 us; out of place (1, 32, 128, 128)
+             * 52.9-58.2 -> 49.7-55.0 us.  A first
              * version was slower at (1, 32, 1024, 128), 16 MiB (331 ->
              * 362-444 us), and 2-3x slower beyond the cache, hence a
              * quarter of the LLC.  Tiles of 8, 16 and 32 positions: 16 best
