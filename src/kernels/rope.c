@@ -4,9 +4,9 @@
  *
  * Every apply kernel runs n vectors in m groups (pe_rope_loop in
  * posemb.h); the driver pe_rope_apply, the gufunc (h,s,d),(s,r),(s,r)->
- * (h,s,d)'s loop, hands it blocks of positions x heads on the pool.  The one line of maths,
- * for a pair (a, b) of features -- (i, i + r/2) in the half-split layout,
- * (2i, 2i + 1) in the interleaved one:
+ * (h,s,d)'s loop, hands it blocks of positions x heads on the pool.  The
+ * one line of maths, for a pair (a, b) of features -- (i, i + r/2) in the
+ * half-split layout, (2i, 2i + 1) in the interleaved one:
  *
  *   fwd:  y[a] = x[a]*cos[a] - x[b]*sin[a];   y[b] = x[b]*cos[b] + x[a]*sin[b]
  *   back: y[a] = x[a]*cos[a] + x[b]*sin[b];   y[b] = x[b]*cos[b] - x[a]*sin[a]
@@ -476,7 +476,8 @@ __attribute__((target(#ISA)))                                                 \
 static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
 {                                                                             \
     ONE_PASS_ROWS(rope_one_##ISA##_##DIR##_##SUF, T, h % (2 * W) == 0,        \
-                  HALF_PAIR_STEPS(P, S, V, W, DIR), HALF_ROW_STEPS(P, S, V, W, DIR)) \
+                  HALF_PAIR_STEPS(P, S, V, W, DIR),                           \
+                  HALF_ROW_STEPS(P, S, V, W, DIR))                            \
 }
 
 /* streaming half passes: SSE2 16 bytes at a time, AVX2 32 (nt_align) */
@@ -590,7 +591,8 @@ static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
      * float64 1.43-1.56x -> 1.29-1.36x an in-place scale (two builds, 3    \
      * alternating runs) */                                                  \
     ONE_PASS_ROWS(inter_one_##ISA##_##DIR##_##SUF, T, (2 * h) % W == 0,       \
-                  INTER_PAIR_STEPS(P, S, W, DIR, SUF), INTER_ROW_STEPS(P, S, W, DIR, SUF)) \
+                  INTER_PAIR_STEPS(P, S, W, DIR, SUF),                        \
+                  INTER_ROW_STEPS(P, S, W, DIR, SUF))                         \
 }
 
 /* streaming stores; W2 elements make 16 bytes; AVX2 32 (nt_align) */
@@ -602,7 +604,10 @@ static void inter_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)            \
  * for the build before that change.  (The half-split passes measured
  * slower unrolled: 6.8 against 6.1-6.4 ms.) */
 #define INTER_NT_STEP_sse2(DIR, SUF, S, I)                                    \
-        { const ptrdiff_t i = (I); VF(_mm, stream, S)(y + i, INTER_EXPR(_mm, S, DIR, SUF)); }
+        {                                                                     \
+            const ptrdiff_t i = (I);                                          \
+            VF(_mm, stream, S)(y + i, INTER_EXPR(_mm, S, DIR, SUF));          \
+        }
 #define INTER_NT_sse2(DIR, SUF, S, W2)                                        \
         {                                                                     \
             ptrdiff_t j = 0;                                                  \
@@ -1070,16 +1075,16 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * (1, 32, 128, 128) 36.6-37.1 -> 32.4-34.2 us; d = 64 (1, 32,
              * 256, 64) 37.7-38.5 -> 34.9-36.6 us; float64 (1, 32, 64, 128)
              * 39.7-39.9 -> 32.6-33.7 us; out of place (1, 32, 128, 128)
-             * 52.9-58.2 -> 49.7-55.0 us.  A first
-             * version was slower at (1, 32, 1024, 128), 16 MiB (331 ->
-             * 362-444 us), and 2-3x slower beyond the cache, hence a
-             * quarter of the LLC.  Tiles of 8, 16 and 32 positions: 16 best
-             * (16 KiB of table rows); one head per call (no pairs), and
-             * pairs called position by position, both slower than the
-             * grouped walk.  float16 slower too ((1, 32, 128, 128) in
-             * place 29.5-30.3 -> 32.4-34.2 us; its kernels run the groups
-             * one call each), bfloat16 even (58-60 us): the tile walk is
-             * the one-pass kernels' (job->tiled). */
+             * 52.9-58.2 -> 49.7-55.0 us.  A first version was slower at
+             * (1, 32, 1024, 128), 16 MiB (331 -> 362-444 us), and 2-3x
+             * slower beyond the cache, hence a quarter of the LLC.  Tiles
+             * of 8, 16 and 32 positions: 16 best (16 KiB of table rows);
+             * one head per call (no pairs), and pairs called position by
+             * position, both slower than the grouped walk.  float16
+             * slower too ((1, 32, 128, 128) in place 29.5-30.3 -> 32.4-34.2
+             * us; its kernels run the groups one call each), bfloat16 even
+             * (58-60 us): the tile walk is the one-pass kernels'
+             * (job->tiled). */
             L.x_step = g->x_h;
             L.y_step = g->y_h;
             L.cos_step = 0;
@@ -1403,7 +1408,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, PE_PARALLEL_MIN_BYTES};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0,
+                         PE_PARALLEL_MIN_BYTES};
     int tables_ok, in_place, large, past_llc;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
@@ -1519,7 +1525,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * is not streamed: tiles of table rows (cos and sin) filling a third
      * of L1 */
     if (job.tiled != NULL && !job.streaming && g->d > 0 &&
-        g->B * g->H * g->S <= pe_cache_llc_bytes() / (4 * (in_place ? 1 : 2) * g->d * itemsize)) {
+        g->B * g->H * g->S <=
+            pe_cache_llc_bytes() / (4 * (in_place ? 1 : 2) * g->d * itemsize)) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
     } else {
