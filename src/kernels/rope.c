@@ -1001,8 +1001,6 @@ typedef struct {
                           * blocks that use it, or NULL: no tile walk */
     ptrdiff_t tile;      /* positions per tile */
     int streaming;       /* fn uses streaming stores: fence once per task */
-    ptrdiff_t min_bytes; /* bytes of x and y per thread below which the grid
-                          * runs on one thread */
 } rope_grid_job;
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -1224,7 +1222,6 @@ static ptrdiff_t rope_block_table_bytes(void)
     return pe_cache_l2_bytes();
 }
 
-
 /* table_bytes: the cos and sin rows of one block, about; blocks stay
  * numerous enough (8 per thread where rows allow) to spread over the pool */
 static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
@@ -1263,7 +1260,7 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     }
     block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, job->itemsize);
     return pe_parallel_for_stoppable(g->B * job->blocks,
-                                     job->min_bytes / block_bytes + 1,
+                                     PE_PARALLEL_MIN_BYTES / block_bytes + 1,
                                      block_bytes, rope_grid_task, job, g->stop);
 }
 
@@ -1408,8 +1405,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0,
-                         PE_PARALLEL_MIN_BYTES};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     int tables_ok, in_place, large, past_llc;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
@@ -1506,20 +1502,6 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
             job.ahead = 4;
     }
     job.one_head = past_llc;   /* (see the heads-inner walk) */
-    /* In place, float16/32/64: on more threads from half of one core's L2
-     * of x per thread (an in-place vector counts twice), not the pool's two
-     * L2s.  Measured, 1 vs 2 threads, Zen 5 EPYC (1 MiB L2), (1, 32, S,
-     * 128) in place, 2 runs: with two L2s, float32 S = 64 / 128 / 256 (1,
-     * 2, 4 MiB) 1.00 / 1.00 / 1.20-1.22x; with half an L2 1.59-1.68 /
-     * 1.72-1.85 / 1.71-1.86x, float64 S = 32 / 64 1.72-1.74 / 1.76-1.77x,
-     * float16 S = 128 1.51-1.67x, HF's transposed q S = 64 1.80-1.99x; S =
-     * 32 float32 (512 KiB) stays on one thread (1.00x); with a quarter of
-     * an L2, S = 32 1.22-1.27x but S = 64 / 128 1.44-1.52 / 1.59-1.61x.
-     * Not out of place ((1, 32, 64, 128) 0.74-0.82x, (1, 32, 128, 128)
-     * 0.97-1.03x) nor bfloat16 ((1, 32, 128, 128) in place 0.77-0.88x):
-     * the causes not found. */
-    if (in_place && type != 3)
-        job.min_bytes = pe_cache_l2_bytes() / 2;
     /* the tile walk (see rope_grid_task) for the one-pass kernels where x
      * (and y, out of place) fit in a quarter of the last-level cache and y
      * is not streamed: tiles of table rows (cos and sin) filling a third
