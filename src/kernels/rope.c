@@ -1407,6 +1407,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                          inter ? NULL : rope_table.dup[back][type], g,
                          itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     int tables_ok, in_place, large, past_llc;
+    ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
     if (gv.B == 1)
@@ -1419,9 +1420,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     in_place = g->y == g->x && g->y_b == g->x_b && g->y_h == g->x_h && g->y_s == g->x_s;
     /* at least PE_STREAM_MIN_BYTES of x: streaming stores and prefetch */
     large = g->d > 0 && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize);
-    /* x (and y, out of place) pass through memory, not the last-level cache */
-    past_llc = g->d > 0 && g->B * g->H * g->S >
-                               pe_cache_llc_bytes() / ((in_place ? 1 : 2) * g->d * itemsize);
+    /* the vectors of x (and y, out of place) that the last-level cache
+     * holds; beyond them x passes through memory */
+    llc_vectors = g->d > 0 ? pe_cache_llc_bytes() / ((in_place ? 1 : 2) * g->d * itemsize) : 0;
+    past_llc = g->d > 0 && g->B * g->H * g->S > llc_vectors;
     if (!tables_ok || g->x_inner != itemsize || g->y_inner != itemsize)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
     if (type == 1 || type == 2) {
@@ -1506,9 +1508,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * (and y, out of place) fit in a quarter of the last-level cache and y
      * is not streamed: tiles of table rows (cos and sin) filling a third
      * of L1 */
-    if (job.tiled != NULL && !job.streaming && g->d > 0 &&
-        g->B * g->H * g->S <=
-            pe_cache_llc_bytes() / (4 * (in_place ? 1 : 2) * g->d * itemsize)) {
+    if (job.tiled != NULL && !job.streaming && g->B * g->H * g->S <= llc_vectors / 4) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
     } else {
