@@ -93,30 +93,6 @@ def test_concurrent_callers_and_set_num_threads(restore_threads):
     assert not errors
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"),
-                    reason="Linux thread names and scheduling classes")
-def test_pool_workers_named_and_batch_scheduled(restore_threads):
-    """The pool's workers are named posemb-pool and scheduled SCHED_BATCH: a
-    worker woken onto a busy core (the caller's) waits its turn instead of
-    preempting the caller there."""
-    posemb.set_num_threads(2)
-    x = np.ones((1, 32, 4096, 128), np.float32)      # 64 MiB: on the pool
-    c, s = posemb.rope_cos_sin(np.arange(4096), 128)
-    posemb.apply_rope(x, c, s, out=x)
-    np.testing.assert_array_equal(x[0, :, 0], 1.0)   # position 0: the identity
-    workers = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() == "posemb-pool":
-                    workers.append(int(tid))
-        except OSError:     # a thread that ended meanwhile
-            pass
-    assert workers
-    for tid in workers:
-        assert os.sched_getscheduler(tid) == os.SCHED_BATCH
-
-
 def _in_forked_child(target):
     """Run target(queue) in a fork()ed child; return what it put, after
     checking the child exited cleanly."""

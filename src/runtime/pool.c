@@ -19,9 +19,6 @@
  * Workers sleep on a condition variable between jobs and never touch Python.
  * Without POSIX threads (e.g. MSVC) everything runs serially.
  */
-#if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE               /* SCHED_BATCH */
-#endif
 #if !defined(_POSIX_C_SOURCE) && !defined(_WIN32)
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #endif
@@ -70,7 +67,6 @@ void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx)
 #else
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -212,31 +208,6 @@ static void *worker_main(void *arg)
 {
     const int index = (int)(ptrdiff_t)arg;      /* 1 .. num_workers */
     unsigned long seen;
-#if defined(SCHED_BATCH)
-    {
-        /* A worker woken onto a busy core waits its turn instead of
-         * preempting the thread there (Linux's wake-up preemption), which
-         * may be the caller: the caller then stalls while the worker runs
-         * the job's chunks on the same core.  Seen on a 2-vCPU Zen 5 VM
-         * whose second vCPU the host was slow to run: 16 MiB in place on 2
-         * threads after 5 ms idle, the caller blocked in the wake-up for
-         * 470-730 us while the worker ran all 8 chunks on its core (1
-         * thread: 350-480 us).  Measured there, in place, the time on 2
-         * threads over the time on 1, each call after 3 ms idle (3 runs;
-         * the second vCPU was slow throughout): C, medians of 61 calls, 4
-         * MiB 1.13-1.17 -> 1.06-1.08, 16 MiB 1.18-1.23 -> 1.15-1.19, 64
-         * MiB 0.93-0.95 -> 0.92-0.93; apply_rope, medians of 41 calls, 4
-         * MiB 1.14-1.17 -> 0.98-1.08, 16 MiB 1.17-1.22 -> 1.14-1.21, 64
-         * MiB 1.06-1.08 -> 1.04-1.06.  Where it cannot be set, nothing
-         * changes. */
-        struct sched_param sp;
-        memset(&sp, 0, sizeof sp);
-        (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
-    }
-#endif
-#if defined(__linux__)
-    (void)pthread_setname_np(pthread_self(), "posemb-pool");   /* top -H, gdb */
-#endif
     pthread_mutex_lock(&state_mx);
     seen = start_gen[index];    /* jobs after this one are ours */
     pthread_mutex_unlock(&state_mx);
