@@ -1000,6 +1000,10 @@ typedef struct {
     pe_rope_fn tiled;    /* the one-pass kernel that the tile walk calls for
                           * blocks that use it, or NULL: no tile walk */
     ptrdiff_t tile;      /* positions per tile */
+    ptrdiff_t tile_row_bytes; /* of each table row, the bytes the tiled
+                               * kernel reads */
+    int tile_check;      /* tiled is the duplicated-table kernel: each tile's
+                          * rows are checked (else job->fn runs the tile) */
     int streaming;       /* fn uses streaming stores: fence once per task */
 } rope_grid_job;
 
@@ -1022,6 +1026,70 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
     return 1;
 }
 
+/* a tile's copy of one table: its rows and a page to place them in */
+#define TILE_TABLE_BYTES (16384 + 4096)
+
+/*
+ * The table rows of L's m positions that the tiled kernel reads, copied
+ * into buf and L pointed there, where they fit and at least 8 heads read
+ * them: each row on a 64-byte line, rows y's row step apart, the first half
+ * a page from y0 (the tile's first output row) in address bits 0-11.  With
+ * job->tile_check each row's halves are compared as well (the duplicated-
+ * table kernel's condition, which rows_duplicated checks per block
+ * elsewhere).  Returns the tile's kernel: job->tiled, or job->fn on the
+ * tables where they are if a row is not duplicated.
+ * Why: the tile walk's 64-byte table loads split lines where rows lie 16
+ * bytes past one (NumPy's own arrays, posemb's large tables), and a table
+ * load whose address bits 0-11 match a store just made to y waits for it
+ * (4K aliasing: beyond the cache, the 16-byte kernels in place took 4.83 ms
+ * with tables 16 bytes before x in those bits, 4.60 at 80 before, 4.46 at
+ * 48 after, 4.04-4.35 ms at 15 other distances).  Measured, 1 thread, Zen
+ * 5 EPYC, through apply_rope, 3 alternating runs against the build before:
+ * (1, 32, 128, 128) float32 in place with tables sliced from rope_cos_sin's
+ * 8192-row ones (as the bench) 30.1-31.7 against 31.0-33.0 us, with its
+ * own 128-row tables 29.2-29.7 against 28.7-29.8, interleaved 33.0-33.6
+ * against 35.5-38.3, out of place 51.2-52.8 against 53.2-54.1; float64 (1,
+ * 32, 64, 128) 31.8-32.7 against 34.8-35.7 us.  Rows packed on lines
+ * instead of placed from y0 (a first version): 29.1-32.4, 29.3-33.3,
+ * 33.1-36.3, 50.2-51.9 and 32.4-34.9 us.
+ */
+static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L,
+                              char (*buf)[TILE_TABLE_BYTES], const char *y0)
+{
+    const pe_rope_grid *g = job->g;
+    const ptrdiff_t used = job->tile_row_bytes;
+    const ptrdiff_t stride = g->y_s >= used && g->y_s % 64 == 0 ? g->y_s : (used + 63) / 64 * 64;
+    /* (with 3 heads, (1, 3, 128, 128) in place, the copy cost more than it
+     * saved: 4.6-4.7 -> 4.9-5.0 us; 8 heads even) */
+    const int copy = g->H >= 8 && L->m * stride <= TILE_TABLE_BYTES - 4096;
+    char *dst[2] = {NULL, NULL};
+    int dup = 1;
+    for (int t = 0; t < 2; t++) {
+        const char *tab = t ? L->sin : L->cos;
+        const ptrdiff_t step = t ? g->sin_s : g->cos_s;
+        if (copy) {
+            /* buf[t] + s: on a line, s ≡ y0 + 2048 in bits 0-11 */
+            const uintptr_t want = ((uintptr_t)y0 + 2048) & 4032u;
+            dst[t] = buf[t] + ((want - ((uintptr_t)buf[t] & 4095u)) & 4095u);
+        }
+        for (ptrdiff_t k = 0; k < L->m; k++) {
+            const char *row = tab + k * step;
+            if (copy)
+                memcpy(dst[t] + k * stride, row, (size_t)used);
+            if (job->tile_check && dup && memcmp(row, row + used, (size_t)used) != 0)
+                dup = 0;
+        }
+    }
+    if (!dup)
+        return job->fn;
+    if (copy) {
+        L->cos = dst[0];
+        L->sin = dst[1];
+        L->cos_outer = L->sin_outer = stride;
+    }
+    return job->tiled;
+}
+
 /* items are (b, block) pairs; each runs every head over the block */
 static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
@@ -1040,9 +1108,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         const ptrdiff_t span = g->x_s > 0 && g->x_inner > 0
                                    ? (rows - 1) * g->x_s + g->d * g->x_inner : 0;
         const ptrdiff_t pf = span < job->prefetch ? span : job->prefetch;
+        const int tile_walk = !job->heads_inner && job->head_group > 1 && job->tiled != NULL;
         const pe_rope_fn fn =
-            job->dup && rows_duplicated(g, b, s0, rows, job->itemsize) ? job->dup
-                                                                       : job->fn;
+            tile_walk ? job->tiled      /* (tile_tables checks each tile) */
+            : job->dup && rows_duplicated(g, b, s0, rows, job->itemsize) ? job->dup
+                                                                         : job->fn;
         pe_rope_loop L;
         L.n = rows;
         L.d = g->d;
@@ -1059,7 +1129,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         L.sin_inner = g->sin_inner;
         L.m = 1;
         L.x_outer = L.cos_outer = L.sin_outer = L.y_outer = 0;
-        if (!job->heads_inner && job->head_group > 1 && fn == job->tiled) {
+        if (tile_walk) {
             /* (b, h, s, d) memory within the last-level cache: tiles of
              * job->tile positions, whose table rows stay in L1, each run
              * over pairs of heads, one call per pair (n = 2 heads sharing
@@ -1088,18 +1158,21 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             L.cos_step = 0;
             L.sin_step = 0;
             L.x_outer = g->x_s;
-            L.cos_outer = g->cos_s;
-            L.sin_outer = g->sin_s;
             L.y_outer = g->y_s;
             for (ptrdiff_t p0 = s0; p0 < s0 + rows; p0 += job->tile) {
+                _Alignas(64) char tbuf[2][TILE_TABLE_BYTES];
+                pe_rope_fn tfn;
                 L.m = s0 + rows - p0 < job->tile ? s0 + rows - p0 : job->tile;
                 L.cos = g->cos + b * g->cos_b + p0 * g->cos_s;
                 L.sin = g->sin + b * g->sin_b + p0 * g->sin_s;
+                L.cos_outer = g->cos_s;
+                L.sin_outer = g->sin_s;
+                tfn = tile_tables(job, &L, tbuf, g->y + b * g->y_b + p0 * g->y_s);
                 for (ptrdiff_t h0 = 0; h0 < g->H; h0 += 2) {
                     L.n = g->H - h0 < 2 ? g->H - h0 : 2;
                     L.x = g->x + b * g->x_b + h0 * g->x_h + p0 * g->x_s;
                     L.y = g->y + b * g->y_b + h0 * g->y_h + p0 * g->y_s;
-                    fn(&L);
+                    tfn(&L);
                 }
             }
             continue;
@@ -1405,7 +1478,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -1511,6 +1584,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     if (job.tiled != NULL && !job.streaming && g->B * g->H * g->S <= llc_vectors / 4) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
+        /* half-split: the duplicated-table kernel, which reads each row's
+         * first half; interleaved: whole rows */
+        job.tile_check = !inter;
+        job.tile_row_bytes = (inter ? g->r : h) * itemsize;
     } else {
         job.tiled = NULL;
     }

@@ -299,10 +299,12 @@ static void test_rope(void)
 
 /* RoPE through the grid driver (pe_rope_apply: position blocks on the
  * pool, the kernels of each CPU level this machine runs) equals one call of
- * the portable kernel, in and out of place, both layouts and directions */
+ * the portable kernel, in and out of place, both layouts and directions;
+ * with HF's duplicated tables, and with one row not duplicated (its tile
+ * takes the full kernel: tile_tables) */
 static void test_rope_apply_levels(void)
 {
-    const ptrdiff_t H = 4, S = 1024, d = 64;
+    const ptrdiff_t H = 8, S = 1024, d = 64;
     const ptrdiff_t n = H * S * d;
     float *x = xmalloc((size_t)n * sizeof(float)), *xi = xmalloc((size_t)n * sizeof(float));
     float *c = xmalloc((size_t)(S * d) * sizeof(float)), *s = xmalloc((size_t)(S * d) * sizeof(float));
@@ -316,8 +318,11 @@ static void test_rope_apply_levels(void)
             s[p * d + j] = (float)sin(0.01 * (double)(p * (j % (d / 2) + 1)));
         }
     pe_set_num_threads(4);
+    for (int variant = 0; variant < 2; variant++)
     for (int level = 0; level <= pe_cpu_supported(); level++) {
         pe_cpu_select(level);
+        if (variant == 1 && level == 0)
+            c[(S / 2) * d + d - 1] += 1e-3f;   /* a row's halves differ */
         for (int kind = 0; kind < 4; kind++) {
             pe_rope_loop L2 = {S, d, d, (const char *)x, (const char *)c, (const char *)s,
                                (char *)y1, d * 4, d * 4, d * 4, d * 4, 4, 4, 4, 4,
