@@ -27,6 +27,13 @@ else:
         # Kernels match PyTorch's formulas term for term: no fused multiply-add.
         "-ffp-contract=off",
         "-fno-math-errno",
+        # Each function on a 64-byte line: a kernel's loops keep their place
+        # in the instruction fetch blocks whatever the code before them.
+        # Measured, Zen 5 EPYC, 1 thread, (1, 32, 8192, 128) float32
+        # interleaved in place (its 16-byte kernel's code byte for byte the
+        # same, moved by an unrelated change from 48 to 16 bytes past a
+        # line): 4.60-4.82 -> 5.29-5.47 ms; with this flag 4.62-4.87 ms.
+        "-falign-functions=64",
         "-pthread",
     ]
 

@@ -12,7 +12,7 @@ source "$root/.ci/apt_ensure.sh"
 mapfile -t KERNELS < <(find src -name '*.c' -print0 | xargs -0 grep -L 'Python\.h' | sort)
 mapfile -t INCLUDES < <(find src -type d | sort | sed 's/^/-I/')
 [ ${#KERNELS[@]} -gt 0 ] || { echo "no kernel sources under src/"; exit 1; }
-FLAGS=(-std=c11 -O3 -Wall -Wextra -Werror -ffp-contract=off -fno-math-errno)
+FLAGS=(-std=c11 -O3 -Wall -Wextra -Werror -ffp-contract=off -fno-math-errno -falign-functions=64)
 DRIVER=tests/c/test_kernels.c
 
 # compile_each CC [flags...]: every kernel on its own (names the file that fails)
