@@ -1068,7 +1068,7 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L,
         const char *tab = t ? L->sin : L->cos;
         const ptrdiff_t step = t ? g->sin_s : g->cos_s;
         if (copy) {
-            /* buf[t] + s: on a line, s ≡ y0 + 2048 in bits 0-11 */
+            /* buf[t] + s on a line, s = y0 + 2048 in bits 0-11 */
             const uintptr_t want = ((uintptr_t)y0 + 2048) & 4032u;
             dst[t] = buf[t] + ((want - ((uintptr_t)buf[t] & 4095u)) & 4095u);
         }
