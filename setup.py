@@ -32,7 +32,8 @@ else:
         # Measured, Zen 5 EPYC, 1 thread, (1, 32, 8192, 128) float32
         # interleaved in place (its 16-byte kernel's code byte for byte the
         # same, moved by an unrelated change from 48 to 16 bytes past a
-        # line): 4.60-4.82 -> 5.29-5.47 ms; with this flag 4.62-4.87 ms.
+        # line): 4.60-4.82 -> 5.29-5.47 ms; with this flag 4.62-4.87 ms (2
+        # runs), 1.15-1.26x an in-place scale against 1.18-1.23x before (3).
         "-falign-functions=64",
         "-pthread",
     ]
