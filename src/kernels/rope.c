@@ -1000,10 +1000,6 @@ typedef struct {
     pe_rope_fn tiled;    /* the one-pass kernel that the tile walk calls for
                           * blocks that use it, or NULL: no tile walk */
     ptrdiff_t tile;      /* positions per tile */
-    ptrdiff_t tile_row_bytes; /* of each table row, the bytes the tiled
-                               * kernel reads */
-    int tile_check;      /* tiled is the duplicated-table kernel: each tile's
-                          * rows are checked (else job->fn runs the tile) */
     int streaming;       /* fn uses streaming stores: fence once per task */
 } rope_grid_job;
 
@@ -1026,18 +1022,19 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
     return 1;
 }
 
-/* a tile's copy of one table: its rows and a page to place them in */
-#define TILE_TABLE_BYTES (16384 + 4096)
+/* a tile's copy of one table: its rows (16 positions of float32 rows of
+ * 512 bytes, or 8 of float64, with a 48 KiB L1) and a page to place them */
+#define TILE_TABLE_BYTES (8192 + 4096)
 
 /*
- * The table rows of L's m positions that the tiled kernel reads, copied
- * into buf and L pointed there, where they fit and at least 8 heads read
- * them: each row on a 64-byte line, rows y's row step apart, the first half
- * a page from y0 (the tile's first output row) in address bits 0-11.  With
- * job->tile_check each row's halves are compared as well (the duplicated-
- * table kernel's condition, which rows_duplicated checks per block
- * elsewhere).  Returns the tile's kernel: job->tiled, or job->fn on the
- * tables where they are if a row is not duplicated.
+ * The kernel for the tile of L's m positions from p0 of batch entry b:
+ * job->fn on the tables where they are if the tiled kernel is the
+ * duplicated-table one and a row's halves differ (rows_duplicated, as the
+ * other walks check per block), else job->tiled, with the table rows it
+ * reads (the first halves, or whole interleaved rows) copied into buf and L
+ * pointed there, where they fit and at least 8 heads read them: each row on
+ * a 64-byte line, rows y's row step apart, the first half a page from y0
+ * (the tile's first output row) in address bits 0-11.
  * Why: the tile walk's 64-byte table loads split lines where rows lie 16
  * bytes past one (NumPy's own arrays, posemb's large tables), and a table
  * load whose address bits 0-11 match a store just made to y waits for it
@@ -1053,38 +1050,31 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
  * instead of placed from y0 (a first version): 29.1-32.4, 29.3-33.3,
  * 33.1-36.3, 50.2-51.9 and 32.4-34.9 us.
  */
-static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L,
-                              char (*buf)[TILE_TABLE_BYTES], const char *y0)
+static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff_t b,
+                              ptrdiff_t p0, char (*buf)[TILE_TABLE_BYTES], const char *y0)
 {
     const pe_rope_grid *g = job->g;
-    const ptrdiff_t used = job->tile_row_bytes;
+    const int dup = job->tiled == job->dup;   /* half-split: reads first halves */
+    const ptrdiff_t used = (dup ? g->r / 2 : g->r) * job->itemsize;
     const ptrdiff_t stride = g->y_s >= used && g->y_s % 64 == 0 ? g->y_s : (used + 63) / 64 * 64;
+    if (dup && !rows_duplicated(g, b, p0, L->m, job->itemsize))
+        return job->fn;
     /* (with 3 heads, (1, 3, 128, 128) in place, the copy cost more than it
      * saved: 4.6-4.7 -> 4.9-5.0 us; 8 heads even) */
-    const int copy = g->H >= 8 && L->m * stride <= TILE_TABLE_BYTES - 4096;
-    char *dst[2] = {NULL, NULL};
-    int dup = 1;
-    for (int t = 0; t < 2; t++) {
-        const char *tab = t ? L->sin : L->cos;
-        const ptrdiff_t step = t ? g->sin_s : g->cos_s;
-        if (copy) {
+    if (g->H >= 8 && L->m * stride <= TILE_TABLE_BYTES - 4096) {
+        for (int t = 0; t < 2; t++) {
+            const char *tab = t ? L->sin : L->cos;
+            const ptrdiff_t step = t ? g->sin_s : g->cos_s;
             /* buf[t] + s on a line, s = y0 + 2048 in bits 0-11 */
             const uintptr_t want = ((uintptr_t)y0 + 2048) & 4032u;
-            dst[t] = buf[t] + ((want - ((uintptr_t)buf[t] & 4095u)) & 4095u);
+            char *dst = buf[t] + ((want - ((uintptr_t)buf[t] & 4095u)) & 4095u);
+            for (ptrdiff_t k = 0; k < L->m; k++)
+                memcpy(dst + k * stride, tab + k * step, (size_t)used);
+            if (t)
+                L->sin = dst;
+            else
+                L->cos = dst;
         }
-        for (ptrdiff_t k = 0; k < L->m; k++) {
-            const char *row = tab + k * step;
-            if (copy)
-                memcpy(dst[t] + k * stride, row, (size_t)used);
-            if (job->tile_check && dup && memcmp(row, row + used, (size_t)used) != 0)
-                dup = 0;
-        }
-    }
-    if (!dup)
-        return job->fn;
-    if (copy) {
-        L->cos = dst[0];
-        L->sin = dst[1];
         L->cos_outer = L->sin_outer = stride;
     }
     return job->tiled;
@@ -1167,7 +1157,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                 L.sin = g->sin + b * g->sin_b + p0 * g->sin_s;
                 L.cos_outer = g->cos_s;
                 L.sin_outer = g->sin_s;
-                tfn = tile_tables(job, &L, tbuf, g->y + b * g->y_b + p0 * g->y_s);
+                tfn = tile_tables(job, &L, b, p0, tbuf, g->y + b * g->y_b + p0 * g->y_s);
                 for (ptrdiff_t h0 = 0; h0 < g->H; h0 += 2) {
                     L.n = g->H - h0 < 2 ? g->H - h0 : 2;
                     L.x = g->x + b * g->x_b + h0 * g->x_h + p0 * g->x_s;
@@ -1478,7 +1468,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -1584,10 +1574,6 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     if (job.tiled != NULL && !job.streaming && g->B * g->H * g->S <= llc_vectors / 4) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
-        /* half-split: the duplicated-table kernel, which reads each row's
-         * first half; interleaved: whole rows */
-        job.tile_check = !inter;
-        job.tile_row_bytes = (inter ? g->r : h) * itemsize;
     } else {
         job.tiled = NULL;
     }
