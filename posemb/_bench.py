@@ -335,6 +335,10 @@ def _rope_cases(cfg: Config) -> list[Case]:
     cases.append(Case("rope", "float64 in place", f"1x{H}x{S64}x{D}",
                       lambda: posemb.apply_rope(x64, c64, s64, out=x64),
                       limit=_limit("scale", x64), torch=tfn(x64, c64, s64)))
+    y64 = np.empty_like(x64)
+    cases.append(Case("rope", "float64 out=", f"1x{H}x{S64}x{D}",
+                      lambda: posemb.apply_rope(x64, c64, s64, out=y64),
+                      limit=_limit("copy", x64, y64), torch=tfn(x64, c64, s64)))
 
     # strided q/k, new output (the form models use): the contiguous column
     # is posemb on a contiguous array of the same size
