@@ -23,6 +23,7 @@
  * dtype probe (all dimensions 1) runs.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "posemb.h"
@@ -309,13 +310,13 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
  *          one vector and 4.8 ms in runs of two (a C loop on one stream);
  *          in the kernel, float64 (1,32,4096,128) in place went from
  *          2.2-2.5x an in-place scale to 1.5-1.7x.
- *   *_nt:  out of place with streaming (non-temporal) stores, one half of
- *          y after the other, so each 64-byte output line is written by
- *          consecutive stores: a plain store first reads its line
- *          (read-for-ownership), a streaming store does not, but
- *          interleaving the two halves' partial lines made streaming
- *          slower than plain stores.  Needs y, its row steps and h*itemsize
- *          aligned to the store width (16 bytes, AVX2 32: nt_align).
+ *   *_nt:  out of place with streaming (non-temporal) stores: a plain
+ *          store first reads its line (read-for-ownership), a streaming
+ *          store does not.  AVX2: one half of y after the other, so each
+ *          64-byte output line is written by consecutive stores; SSE2: both
+ *          halves in one pass (see NT_PASSES_sse2).  Needs y, its row steps
+ *          and h*itemsize aligned to the store width (16 bytes, AVX2 32:
+ *          nt_align).
  *
  * Every kernel needs contiguous vectors and tables and h a multiple of the
  * 16-byte vector width (pe_rope_apply checks); features past 2h are
@@ -480,12 +481,22 @@ static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
                   HALF_ROW_STEPS(P, S, V, W, DIR))                            \
 }
 
-/* streaming half passes: SSE2 16 bytes at a time, AVX2 32 (nt_align) */
+/* streaming SSE2, 16 bytes at a time: one pass, each step storing both
+ * halves' vectors (two lines filled side by side); measured, Zen 5 EPYC, 1
+ * thread, (1, 32, 8192, 128) float32 into np.empty_like(x) (16 bytes past
+ * a line), toggled in one process against a pass per half: 6.39 -> 5.91
+ * and 6.55 -> 6.33 ms (float64 (1, 32, 4096, 128) 6.66 -> 6.52, 7.13 ->
+ * 7.10).  The AVX2 kernels (y on 32 bytes) were slower so: 5.51 -> 5.89,
+ * 6.09 -> 6.55 ms, and keep a pass per half, 32 bytes at a time. */
 #define NT_PASSES_sse2(DIR, T, S, W2)                                         \
-        for (ptrdiff_t i = 0; i < h; i += W2)                                 \
-            VF(_mm, stream, S)(y + i, LO_EXPR(_mm, S, DIR));                  \
-        for (ptrdiff_t i = 0; i < h; i += W2)                                 \
-            VF(_mm, stream, S)(y + h + i, HI_EXPR(_mm, S, DIR));
+        for (ptrdiff_t i = 0; i < h; i += W2) {                               \
+            const __typeof__(VF(_mm, loadu, S)(x)) xa = VF(_mm, loadu, S)(x + i); \
+            const __typeof__(xa) xb = VF(_mm, loadu, S)(x + i + h);           \
+            const __typeof__(xa) cv = VF(_mm, loadu, S)(c + i);               \
+            const __typeof__(xa) sv = VF(_mm, loadu, S)(s + i);               \
+            VF(_mm, stream, S)(y + i, VLO(_mm, S, DIR, xa, xb, cv, sv));      \
+            VF(_mm, stream, S)(y + h + i, VHI(_mm, S, DIR, xa, xb, cv, sv));  \
+        }
 /* one half [BASE, BASE + h) of y, 32 bytes at a time */
 #define NT_HALF_avx2(DIR, S, W2, BASE, EXPR)                                  \
         for (ptrdiff_t i = 0; i < h; i += 2 * W2)                             \
@@ -1080,6 +1091,21 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
     return job->tiled;
 }
 
+/* a block's table rows packed into buf (see the grouped walk), or NULL
+ * without buf: rows positions of cos's and sin's first halves, hb bytes
+ * each, side by side */
+static char *pack_tables(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
+                         ptrdiff_t rows, ptrdiff_t hb)
+{
+    if (buf == NULL)
+        return NULL;
+    for (ptrdiff_t k = 0; k < rows; k++) {
+        memcpy(buf + 2 * k * hb, g->cos + b * g->cos_b + (s0 + k) * g->cos_s, (size_t)hb);
+        memcpy(buf + (2 * k + 1) * hb, g->sin + b * g->sin_b + (s0 + k) * g->sin_s, (size_t)hb);
+    }
+    return buf;
+}
+
 /* items are (b, block) pairs; each runs every head over the block */
 static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
@@ -1088,6 +1114,14 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
     /* the bytes of one vector of x, where they lie together (prefetched
      * rows of the grouped and heads-inner walks) */
     const ptrdiff_t row = g->x_inner == job->itemsize ? g->d * job->itemsize : 0;
+    /* bytes of each half table row the duplicated-table kernels read, and
+     * the grouped walk's buffer for a block of them when y streams (both
+     * halves of a block's rows: at most half its table bytes, see grid_run) */
+    const ptrdiff_t hb = g->r / 2 * job->itemsize;
+    void *pack_mem = job->streaming && job->dup != NULL && !job->heads_inner
+                         ? malloc((size_t)(2 * job->rows * hb + 64)) : NULL;
+    char *pack_buf = pack_mem == NULL ? NULL
+                     : (char *)pack_mem + (64 - (uintptr_t)pack_mem % 64) % 64;
     for (ptrdiff_t t = begin; t < end; t++) {
         const ptrdiff_t b = t / job->blocks;
         const ptrdiff_t s0 = (t % job->blocks) * job->rows;
@@ -1176,8 +1210,26 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * in place, one head at a time 1.8x an in-place scale, groups
              * of 2 1.5x, 4 1.2x, 8 1.4x, 32 2.9x; out of place (streaming
              * stores, one fence per task) one head 1.5x a copy, 2 1.24x,
-             * 4 1.11x, 8 1.16x; float64 out of place best at 2. */
+             * 4 1.11x, 8 1.16x; float64 out of place best at 2.
+             *
+             * When y streams, the duplicated-table kernels' half rows of
+             * the block (every group reads them again) are first copied
+             * side by side into one buffer (pack_tables): read in place,
+             * half of each row's lines skipped, they came from the caches
+             * beyond L2 on every group.  Measured, 1 thread, Zen 5 EPYC,
+             * against the build before (5 alternating runs; a streaming
+             * copy of the same bytes 4.8-5.5 ms): float64 (1, 32, 4096,
+             * 128) into np.empty_like(x) 7.5-8.3 -> 6.4-7.0 ms, float32
+             * (1, 32, 8192, 128) y on a line 6.6-7.4 -> 5.4-5.6 ms (with
+             * the SSE2 one-pass change, into np.empty_like 6.2-6.5 ->
+             * 5.9-6.2 ms); interleaved (whole rows, in order) not packed. */
             const ptrdiff_t G = job->head_group;
+            const char *packed =
+                fn == job->dup ? pack_tables(pack_buf, g, b, s0, rows, hb) : NULL;
+            const char *cos0 = packed != NULL ? packed : g->cos + b * g->cos_b + s0 * g->cos_s;
+            const char *sin0 = packed != NULL ? packed + hb : g->sin + b * g->sin_b + s0 * g->sin_s;
+            const ptrdiff_t cos_s = packed != NULL ? 2 * hb : g->cos_s;
+            const ptrdiff_t sin_s = packed != NULL ? 2 * hb : g->sin_s;
             L.x_step = g->x_h;
             L.y_step = g->y_h;
             L.cos_step = 0;
@@ -1190,8 +1242,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     if (job->ahead > 0 && k + job->ahead < rows)
                         for (ptrdiff_t q = 0; q < L.n; q++)
                             pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
-                    L.cos = g->cos + b * g->cos_b + (s0 + k) * g->cos_s;
-                    L.sin = g->sin + b * g->sin_b + (s0 + k) * g->sin_s;
+                    L.cos = cos0 + k * cos_s;
+                    L.sin = sin0 + k * sin_s;
                     fn(&L);
                 }
             }
@@ -1266,6 +1318,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
     if (job->streaming)
         _mm_sfence();   /* order the streaming stores before the task ends */
 #endif
+    free(pack_mem);
 }
 
 /*
