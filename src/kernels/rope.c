@@ -717,9 +717,35 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
 #define F16_STORE(p, v) \
     _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
 
+/* float16, duplicated half-split tables, any h, one value at a time: the
+ * F16C dup kernels' fallback when h is not a multiple of 8.  Like every
+ * dup kernel it reads only the first half of each table row (the grouped
+ * walk may pack just those: pack_tables). */
+#define DEFINE_F16_DUP_SCALAR(DIR)                                            \
+static void f16_dup_scalar_##DIR(const pe_rope_loop *L)                       \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, f16_dup_scalar_##DIR))                              \
+        return;                                                               \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(uint16_t)                                                \
+        for (ptrdiff_t i = 0; i < h; i++) {                                   \
+            const float xa = LOAD_f16(x + i), xb = LOAD_f16(x + i + h);      \
+            const float ca = LOAD_f16(c + i), sa = LOAD_f16(s + i);          \
+            float ya, yb;                                                     \
+            ROT_##DIR(ya, yb, xa, xb, ca, ca, sa, sa);                        \
+            STORE_f16(y + i, ya);                                             \
+            STORE_f16(y + i + h, yb);                                         \
+        }                                                                     \
+        COPY_TAIL(uint16_t)                                                   \
+    }                                                                         \
+}
+DEFINE_F16_DUP_SCALAR(fwd)
+DEFINE_F16_DUP_SCALAR(back)
+
 /* NAME##_half_##DIR: any tables; NAME##_dup_##DIR: duplicated half-split
  * tables (cb = ca, sb = sa: the same bits with 4 of the 6 loads and
- * conversions), or the full kernel FULL when h is not a multiple of 8.
+ * conversions), or the kernel OTHER where USE does not hold.
  * Measured, float16 in place, 1 thread, 3 interleaved rounds: (1, 32, 128,
  * 128) 0.059-0.060 -> 0.052-0.054 ms; (1, 32, 16384, 128) 8.4-8.9 -> 8.3-9.4
  * ms (the 9.4 in a round where the in-place scale was slow too).  bfloat16
@@ -805,9 +831,9 @@ static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
 DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, fwd)
 DEFINE_HALFPREC_HALF(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back)
 DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, fwd,
-                   h % 8 == 0, pe_rope_half_fwd_f16)
+                   h % 8 == 0, f16_dup_scalar_fwd)
 DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back,
-                   h % 8 == 0, pe_rope_half_back_f16)
+                   h % 8 == 0, f16_dup_scalar_back)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -1012,6 +1038,7 @@ typedef struct {
                           * blocks that use it, or NULL: no tile walk */
     ptrdiff_t tile;      /* positions per tile */
     int streaming;       /* fn uses streaming stores: fence once per task */
+    int pack;            /* grouped walk, dup kernel: pack each block's rows */
 } rope_grid_job;
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -1115,10 +1142,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
      * rows of the grouped and heads-inner walks) */
     const ptrdiff_t row = g->x_inner == job->itemsize ? g->d * job->itemsize : 0;
     /* bytes of each half table row the duplicated-table kernels read, and
-     * the grouped walk's buffer for a block of them when y streams (both
-     * halves of a block's rows: at most half its table bytes, see grid_run) */
+     * the grouped walk's buffer for a block of them (both halves of a
+     * block's rows: at most half its table bytes, see grid_run) */
     const ptrdiff_t hb = g->r / 2 * job->itemsize;
-    void *pack_mem = job->streaming && job->dup != NULL && !job->heads_inner
+    const int grouped = !job->heads_inner && job->head_group > 1;  /* or tiles */
+    void *pack_mem = job->pack && grouped && job->tiled == NULL
                          ? malloc((size_t)(2 * job->rows * hb + 64)) : NULL;
     char *pack_buf = pack_mem == NULL ? NULL
                      : (char *)pack_mem + (64 - (uintptr_t)pack_mem % 64) % 64;
@@ -1132,7 +1160,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         const ptrdiff_t span = g->x_s > 0 && g->x_inner > 0
                                    ? (rows - 1) * g->x_s + g->d * g->x_inner : 0;
         const ptrdiff_t pf = span < job->prefetch ? span : job->prefetch;
-        const int tile_walk = !job->heads_inner && job->head_group > 1 && job->tiled != NULL;
+        const int tile_walk = grouped && job->tiled != NULL;
         const pe_rope_fn fn =
             tile_walk ? job->tiled      /* (tile_tables checks each tile) */
             : job->dup && rows_duplicated(g, b, s0, rows, job->itemsize) ? job->dup
@@ -1201,7 +1229,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             }
             continue;
         }
-        if (!job->heads_inner && job->head_group > 1) {
+        if (grouped) {
             /* (b, h, s, d) memory: groups of heads (about 2 KiB of x per
              * position), position by position within the group, each call
              * over the group's heads sharing the position's table row: a
@@ -1212,17 +1240,22 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * stores, one fence per task) one head 1.5x a copy, 2 1.24x,
              * 4 1.11x, 8 1.16x; float64 out of place best at 2.
              *
-             * When y streams, the duplicated-table kernels' half rows of
-             * the block (every group reads them again) are first copied
-             * side by side into one buffer (pack_tables): read in place,
-             * half of each row's lines skipped, they came from the caches
-             * beyond L2 on every group.  Measured, 1 thread, Zen 5 EPYC,
-             * against the build before (5 alternating runs; a streaming
-             * copy of the same bytes 4.8-5.5 ms): float64 (1, 32, 4096,
-             * 128) into np.empty_like(x) 7.5-8.3 -> 6.4-7.0 ms, float32
-             * (1, 32, 8192, 128) y on a line 6.6-7.4 -> 5.4-5.6 ms (with
-             * the SSE2 one-pass change, into np.empty_like 6.2-6.5 ->
-             * 5.9-6.2 ms); interleaved (whole rows, in order) not packed. */
+             * For large arrays (job->pack), the duplicated-table kernels'
+             * half rows of the block (every group reads them again) are
+             * first copied side by side into one buffer (pack_tables):
+             * read in place, half of each row's lines skipped, they came
+             * from the caches beyond L2 on every group.  Measured, 1
+             * thread, Zen 5 EPYC, out of place against the build before (5
+             * alternating runs; a streaming copy of the same bytes 4.8-5.5
+             * ms): float64 (1, 32, 4096, 128) into np.empty_like(x)
+             * 7.5-8.3 -> 6.4-7.0 ms, float32 (1, 32, 8192, 128) y on a
+             * line 6.6-7.4 -> 5.4-5.6 ms (with the SSE2 one-pass change,
+             * into np.empty_like 6.2-6.5 -> 5.9-6.2 ms).  In place,
+             * toggled in one process (an in-place scale 4.7-4.8 ms):
+             * float64 6.19 / 6.30 -> 5.63 / 5.75 ms, float16 (1, 32,
+             * 16384, 128) 5.90 / 6.27 -> 5.44 / 5.49 ms, float32 even;
+             * 16 MiB float32 0.38 -> 0.33 ms (2 threads 0.28 -> 0.19).
+             * Interleaved (whole rows, in order) is not packed. */
             const ptrdiff_t G = job->head_group;
             const char *packed =
                 fn == job->dup ? pack_tables(pack_buf, g, b, s0, rows, hb) : NULL;
@@ -1387,7 +1420,8 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
  * The kernels of the dispatched CPU level (pe_rope_dispatch, called once
  * at import): full[kind][type] for any vectors (type 0..3: float16,
  * float32, float64, bfloat16), dup[back][type] for duplicated half-split
- * tables (float16: at AVX2 and above with F16C; bfloat16: NULL), and the
+ * tables, reading only the first half of each table row (float16: at AVX2
+ * and above with F16C; bfloat16: NULL), and the
  * explicit SIMD kernels one[interleaved][back][f64][run width: 16, 32 or
  * 64 bytes] and nt[..][..][..][store width: 16 bytes, nt_align] (NULL
  * where the level has none).
@@ -1521,7 +1555,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -1619,6 +1653,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         if ((in_place || job.streaming || type == 3) && large)
             job.ahead = 4;
     }
+    job.pack = large && job.dup != NULL;   /* (see the grouped walk) */
     job.one_head = past_llc;   /* (see the heads-inner walk) */
     /* the tile walk (see rope_grid_task) for the one-pass kernels where x
      * (and y, out of place) fit in a quarter of the last-level cache and y
