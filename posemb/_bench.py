@@ -386,6 +386,10 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       lambda: posemb.apply_rope(x16, c16, s16),
                       limit=_limit("copy", x16, fresh=True), torch=t16, compile=cfg.compiled(t16),
                       ort=ort(x16, H, c=hc16, s=hs16, p=np.arange(S16, dtype=np.int64)[None])))
+    y16 = np.empty_like(x16)
+    cases.append(Case("rope", "float16 out=", label16,
+                      lambda: posemb.apply_rope(x16, c16, s16, out=y16),
+                      limit=_limit("copy", x16, y16), torch=t16))
     cases.append(Case("rope", "float16 in place", label16,
                       lambda: posemb.apply_rope(x16i, c16, s16, out=x16i),
                       limit=_limit("scale", x16i), torch=t16))

@@ -215,3 +215,31 @@ def test_bfloat16_numpy_ml_dtypes(rng, interleaved):
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     with pytest.raises(ValueError):
         posemb.apply_rope(xs, cos[:4], sin[:4])
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120"])
+@pytest.mark.parametrize("offset", [0, 16, 2])
+def test_float16_large_out_of_place(rng, backward, case, offset):
+    """float16 beyond 4 MiB into a reused output (its pages in memory):
+    streaming stores where out's rows lie on 16 bytes (offset 0, 16: NumPy's
+    own arrays start 16 bytes past a line) and h is a multiple of 8 (not for
+    r = 120), plain stores otherwise; half-split blocks whose tables are not
+    duplicated take the full kernel.  Every value the float32 formula rounded
+    once, 3 heads (a pair sharing each table row and one more), nothing
+    written past out."""
+    x = _hard_values(rng, (1, 3, 8192, 128))                       # 6 MiB
+    r = {"partial": 64, "r120": 120}.get(case, 128)
+    cos, sin = posemb.rope_cos_sin(np.arange(8192), r, dtype=np.float16)
+    if case == "mixed":
+        cos[5000, 0] = np.float16(0.5)                              # one block not duplicated
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    buf = np.empty(x.size * 2 + 256, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    buf[:] = 0x55
+    out = buf[start:start + x.size * 2].view(np.float16).reshape(x.shape)
+    with np.errstate(all="ignore"):
+        want = oracle32(x, cos, sin, backward=backward).astype(np.float16)
+        fn(x, cos, sin, out=out)
+    _bits_equal(out, want)
+    assert (buf[:start] == 0x55).all() and (buf[start + x.size * 2:] == 0x55).all()
