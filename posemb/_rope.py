@@ -110,10 +110,11 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
     operands.  Broadcasting and ``out`` are checked by NumPy; only when it
     refuses are they re-checked to name the argument.
     """
-    if out is None and ufuncs is _UFUNCS and type(cos) is _ND and type(sin) is _ND \
+    if out is None and type(cos) is _ND and type(sin) is _ND \
             and getattr(x, "nbytes", 0) >= _OUT_CACHE_MIN:
         # a large new output: from the output cache, where shapes and
-        # dtypes are plain (else NumPy allocates it, and names any error)
+        # dtypes are plain (else NumPy allocates it, and names any error);
+        # bfloat16's bit patterns (uint16) too
         try:
             lead = np.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1])
             out = cached_output(x, lead + x.shape[-1:],

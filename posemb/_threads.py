@@ -53,7 +53,9 @@ def get_num_threads() -> int:
 
 # Outputs at least this large come from (and return to) the output cache.
 _OUT_CACHE_MIN = int(_core.OUT_CACHE_MIN_BYTES)
-_CACHED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+# (uint16: bfloat16 bit patterns, the bfloat16 kernels' outputs)
+_CACHED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64),
+                  np.dtype(np.uint16))
 
 
 def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | None:

@@ -119,6 +119,26 @@ def test_each_family_new_output_comes_from_the_cache_and_is_right(call):
     assert np.array_equal(again, want)
 
 
+def test_bfloat16_new_output_comes_from_the_cache_and_is_right():
+    """ml_dtypes bfloat16 (the bfloat16 kernels write uint16 bit patterns,
+    returned as a bfloat16 view of them): a large new output is a cache block
+    too, and the next call of the size gets it back with the right values."""
+    bf16 = pytest.importorskip("ml_dtypes").bfloat16
+    x, cos, sin = big(seq=4096)
+    x, cos, sin = x.astype(bf16), cos.astype(bf16), sin.astype(bf16)
+    first = posemb.apply_rope(x, cos, sin)
+    assert first.dtype == bf16
+    want = first.copy()
+    assert handler_name(first.base) == "posemb_output_cache"
+    first[...] = np.nan
+    del first
+    again = posemb.apply_rope(x, cos, sin)
+    assert handler_name(again.base) == "posemb_output_cache"
+    assert np.array_equal(again.view(np.uint16), want.view(np.uint16))
+    want32 = R.apply_rope(x.astype(np.float64), cos.astype(np.float64), sin.astype(np.float64))
+    np.testing.assert_allclose(again.astype(np.float64), want32, rtol=2**-7, atol=1e-6)
+
+
 def test_only_the_output_is_cached():
     """NumPy's own allocations inside a call (a cast copy of x) are not
     cached, and a caller's out= takes nothing from the cache."""
