@@ -217,29 +217,38 @@ def test_bfloat16_numpy_ml_dtypes(rng, interleaved):
         posemb.apply_rope(xs, cos[:4], sin[:4])
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120"])
+@pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120", "r40"])
 @pytest.mark.parametrize("offset", [0, 16, 2])
-def test_float16_large_out_of_place(rng, backward, case, offset):
-    """float16 beyond 4 MiB into a reused output (its pages in memory):
-    streaming stores where out's rows lie on 16 bytes (offset 0, 16: NumPy's
-    own arrays start 16 bytes past a line) and h is a multiple of 8 (not for
-    r = 120), plain stores otherwise; half-split blocks whose tables are not
-    duplicated take the full kernel.  Every value the float32 formula rounded
-    once, 3 heads (a pair sharing each table row and one more), nothing
-    written past out."""
-    x = _hard_values(rng, (1, 3, 8192, 128))                       # 6 MiB
-    r = {"partial": 64, "r120": 120}.get(case, 128)
-    cos, sin = posemb.rope_cos_sin(np.arange(8192), r, dtype=np.float16)
+def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, offset):
+    """float16 and ml_dtypes bfloat16 beyond 4 MiB into a reused output (its
+    pages in memory): streaming stores where out's rows lie on 16 bytes
+    (offset 0, 16: NumPy's own arrays start 16 bytes past a line) and h is a
+    multiple of 8 (not for r = 120, 40), plain stores otherwise; the
+    duplicated-table kernels (16 wide where h allows, 8, or one value at a
+    time), and half-split blocks whose tables are not duplicated take the
+    full kernel.  Every value the float32 formula rounded once, 3 heads (a
+    pair sharing each table row and one more), nothing written past out;
+    in place the same bits."""
+    if dtype == "bfloat16":
+        dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    else:
+        dt = np.dtype(np.float16)
+    x = _hard_values(rng, (1, 3, 8192, 128)).astype(np.float32).astype(dt)   # 6 MiB
+    r = {"partial": 64, "r120": 120, "r40": 40}.get(case, 128)
+    cos, sin = posemb.rope_cos_sin(np.arange(8192), r, dtype=dt)
     if case == "mixed":
-        cos[5000, 0] = np.float16(0.5)                              # one block not duplicated
+        cos[5000, 0] = 0.5                                          # one block not duplicated
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     buf = np.empty(x.size * 2 + 256, np.uint8)
     start = (-buf.ctypes.data) % 64 + offset
     buf[:] = 0x55
-    out = buf[start:start + x.size * 2].view(np.float16).reshape(x.shape)
+    out = buf[start:start + x.size * 2].view(dt).reshape(x.shape)
     with np.errstate(all="ignore"):
-        want = oracle32(x, cos, sin, backward=backward).astype(np.float16)
+        want = oracle32(x, cos, sin, backward=backward).astype(dt)
         fn(x, cos, sin, out=out)
-    _bits_equal(out, want)
-    assert (buf[:start] == 0x55).all() and (buf[start + x.size * 2:] == 0x55).all()
+        _bits_equal(out, want)
+        assert (buf[:start] == 0x55).all() and (buf[start + x.size * 2:] == 0x55).all()
+        fn(x, cos, sin, out=x)
+    _bits_equal(x, want)

@@ -721,36 +721,37 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
  * F16C dup kernels' fallback when h is not a multiple of 8.  Like every
  * dup kernel it reads only the first half of each table row (the grouped
  * walk may pack just those: pack_tables). */
-#define DEFINE_F16_DUP_SCALAR(DIR)                                            \
-static void f16_dup_scalar_##DIR(const pe_rope_loop *L)                       \
+#define DEFINE_HALFPREC_DUP_SCALAR(SUF, DIR)                                  \
+static void SUF##_dup_scalar_##DIR(const pe_rope_loop *L)                     \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    if (pe_rope_groups(L, f16_dup_scalar_##DIR))                              \
+    if (pe_rope_groups(L, SUF##_dup_scalar_##DIR))                            \
         return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(uint16_t)                                                \
         for (ptrdiff_t i = 0; i < h; i++) {                                   \
-            const float xa = LOAD_f16(x + i), xb = LOAD_f16(x + i + h);      \
-            const float ca = LOAD_f16(c + i), sa = LOAD_f16(s + i);          \
+            const float xa = LOAD_##SUF(x + i), xb = LOAD_##SUF(x + i + h);  \
+            const float ca = LOAD_##SUF(c + i), sa = LOAD_##SUF(s + i);      \
             float ya, yb;                                                     \
             ROT_##DIR(ya, yb, xa, xb, ca, ca, sa, sa);                        \
-            STORE_f16(y + i, ya);                                             \
-            STORE_f16(y + i + h, yb);                                         \
+            STORE_##SUF(y + i, ya);                                           \
+            STORE_##SUF(y + i + h, yb);                                       \
         }                                                                     \
         COPY_TAIL(uint16_t)                                                   \
     }                                                                         \
 }
-DEFINE_F16_DUP_SCALAR(fwd)
-DEFINE_F16_DUP_SCALAR(back)
+DEFINE_HALFPREC_DUP_SCALAR(f16, fwd)
+DEFINE_HALFPREC_DUP_SCALAR(f16, back)
+DEFINE_HALFPREC_DUP_SCALAR(bf16, fwd)
+DEFINE_HALFPREC_DUP_SCALAR(bf16, back)
 
 /* NAME##_half_##DIR: any tables; NAME##_dup_##DIR: duplicated half-split
  * tables (cb = ca, sb = sa: the same bits with 4 of the 6 loads and
  * conversions), or the kernel OTHER where USE does not hold.
  * Measured, float16 in place, 1 thread, 3 interleaved rounds: (1, 32, 128,
  * 128) 0.059-0.060 -> 0.052-0.054 ms; (1, 32, 16384, 128) 8.4-8.9 -> 8.3-9.4
- * ms (the 9.4 in a round where the in-place scale was slow too).  bfloat16
- * has none: its loads are a shift, and through posemb.torch (1, 32|8, 4096,
- * 128) took 8.9-10.4 ms with one against 8.9-9.9 ms without, 7 rounds. */
+ * ms (the 9.4 in a round where the in-place scale was slow too).  The
+ * bfloat16 ones (below) serve bfloat16 the same way. */
 #define HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, DUP, K0)                \
     for (ptrdiff_t k = K0; k < L->n; k++) {                                   \
         ROW_POINTERS(uint16_t)                                                \
@@ -835,41 +836,50 @@ DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, f
 DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back,
                    h % 8 == 0, f16_dup_scalar_back)
 
-/* float16 out of place with streaming stores (the *_nt kernels' reasons),
- * duplicated tables, 16 bytes (8 values) at a time, both halves in one
- * pass, rows sharing a table row two at a time; needs h a multiple of 8
- * and y's rows on 16 bytes (pe_rope_apply checks).  Measured, 1 thread,
- * Zen 5 EPYC, (1, 32, 16384, 128) into a reused np.empty_like(x) (16 bytes
- * past a line), 3 alternating runs against the F16C dup kernel's plain
- * stores: 7.8-8.1 -> 6.5-7.1 ms (a streaming copy of the same bytes
- * 5.0-5.6 ms). */
+/* float16 and bfloat16 out of place with streaming stores (the *_nt
+ * kernels' reasons), duplicated tables, W values at a time, both halves in
+ * one pass, rows sharing a table row two at a time, each streaming store
+ * 16 bytes: needs y's rows on 16 bytes (pe_rope_apply checks) and rows
+ * where USE holds (else OTHER, plain stores).  Measured, 1 thread, Zen 5
+ * EPYC, (1, 32, 16384, 128) into a reused np.empty_like(x) (16 bytes past a
+ * line), against the dup kernels' plain stores: float16 (F16C, 8 wide)
+ * 7.8-8.1 -> 6.5-7.1 ms in 3 alternating runs (a streaming copy of the
+ * same bytes 5.0-5.6 ms); bfloat16 (AVX-512, 16 wide) 8.2-8.5 -> 7.2-7.4
+ * ms (2 and 3 runs).  bfloat16 8 wide (AVX2) was slower so, at
+ * POSEMB_CPU=avx2: 12.4-12.5 -> 13.1-13.5 ms (its conversions bind it), so
+ * the AVX2 level has none. */
 #define F16_STREAM(p, v) \
     _mm_stream_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
-#define F16_NT_ROW(DIR, x, y)                                                 \
+#define HALFPREC_NT_ROW(P, V, LOAD, STREAM, DIR, x, y)                        \
             {                                                                 \
-                const __m256 xa = F16_LOAD(x + i), xb = F16_LOAD(x + i + h); \
-                __m256 ya, yb;                                                \
-                HP_ROT_##DIR(_mm256, ya, yb, xa, xb, ca, ca, sa, sa);         \
-                F16_STREAM(y + i, ya);                                        \
-                F16_STREAM(y + i + h, yb);                                    \
+                const V xa = LOAD(x + i), xb = LOAD(x + i + h);              \
+                V ya, yb;                                                     \
+                HP_ROT_##DIR(P, ya, yb, xa, xb, ca, ca, sa, sa);              \
+                STREAM(y + i, ya);                                            \
+                STREAM(y + i + h, yb);                                        \
             }
-#define DEFINE_F16C_NT_DUP(DIR)                                               \
-__attribute__((target("avx2,f16c")))                                          \
-static void f16c_nt_dup_##DIR(const pe_rope_loop *L)                          \
+/* W values per step; USE: the rows this kernel takes, else OTHER */
+#define DEFINE_HALFPREC_NT_DUP(NAME, TARGET, P, V, W, LOAD, STREAM, DIR, USE, OTHER) \
+__attribute__((target(TARGET)))                                               \
+static void NAME##_nt_dup_##DIR(const pe_rope_loop *L)                        \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    if (pe_rope_groups(L, f16c_nt_dup_##DIR))                                 \
+    if (pe_rope_groups(L, NAME##_nt_dup_##DIR))                               \
         return;                                                               \
+    if (!(USE)) {                                                             \
+        OTHER(L);                                                             \
+        return;                                                               \
+    }                                                                         \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
         ROW_POINTERS(uint16_t)                                                \
         const int pair = k + 1 < L->n && L->cos_step == 0 && L->sin_step == 0; \
         const uint16_t *x2 = (const uint16_t *)(const void *)(L->x + (k + 1) * L->x_step); \
         uint16_t *y2 = (uint16_t *)(void *)(L->y + (k + 1) * L->y_step);      \
-        for (ptrdiff_t i = 0; i < h; i += 8) {                                \
-            const __m256 ca = F16_LOAD(c + i), sa = F16_LOAD(s + i);         \
-            F16_NT_ROW(DIR, x, y)                                             \
+        for (ptrdiff_t i = 0; i < h; i += W) {                                \
+            const V ca = LOAD(c + i), sa = LOAD(s + i);                      \
+            HALFPREC_NT_ROW(P, V, LOAD, STREAM, DIR, x, y)                    \
             if (pair)                                                         \
-                F16_NT_ROW(DIR, x2, y2)                                       \
+                HALFPREC_NT_ROW(P, V, LOAD, STREAM, DIR, x2, y2)              \
         }                                                                     \
         COPY_TAIL(uint16_t)                                                   \
         if (pair) {                                                           \
@@ -878,8 +888,10 @@ static void f16c_nt_dup_##DIR(const pe_rope_loop *L)                          \
         }                                                                     \
     }                                                                         \
 }
-DEFINE_F16C_NT_DUP(fwd)
-DEFINE_F16C_NT_DUP(back)
+DEFINE_HALFPREC_NT_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, fwd,
+                       h % 8 == 0, f16c_dup_fwd)
+DEFINE_HALFPREC_NT_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, back,
+                       h % 8 == 0, f16c_dup_back)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -914,7 +926,7 @@ DEFINE_HALFPREC_INTER(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE,
 #define BF16_LOAD(p) _mm256_castsi256_ps(_mm256_slli_epi32(                   \
     _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
 __attribute__((target("avx2")))
-static inline void bf16_store(uint16_t *p, __m256 v)
+static inline __m128i bf16_round(__m256 v)
 {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
@@ -923,11 +935,18 @@ static inline void bf16_store(uint16_t *p, __m256 v)
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
-    _mm_storeu_si128((__m128i *)(void *)p,
-                     _mm_packus_epi32(_mm256_castsi256_si128(r),
-                                      _mm256_extracti128_si256(r, 1)));
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+__attribute__((target("avx2")))
+static inline void bf16_store(uint16_t *p, __m256 v)
+{
+    _mm_storeu_si128((__m128i *)(void *)p, bf16_round(v));
 }
 
+DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd,
+                   h % 8 == 0, bf16_dup_scalar_fwd)
+DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back,
+                   h % 8 == 0, bf16_dup_scalar_back)
 DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
 DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
 
@@ -971,7 +990,11 @@ DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LO
  * the conversions' instructions, not by memory: (1, 32, 4096, 128) in
  * place took 5.4-5.8 ms, a third of float16's speed in bytes; 16 wide
  * 4.1-4.2 ms (1 thread, Zen 5 EPYC).  A 16-wide kernel for duplicated
- * tables (as float16's) measured 3.9-4.3 ms: not kept.
+ * tables (as float16's) measured 3.9-4.3 ms there; now the dup kernels
+ * take two heads per table row and the grouped walk packs the half rows:
+ * (1, 32, 16384, 128) in place 7.6-7.7 -> 6.4-6.6 ms, into a reused output
+ * 11.6 -> 8.2-8.5 ms (2 alternating runs), (1, 32, 128, 128) in place 59
+ * -> 50 us.
  */
 #define BF16_LOAD512(p) _mm512_castsi512_ps(_mm512_slli_epi32(                \
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
@@ -986,6 +1009,27 @@ static inline void bf16_store512(uint16_t *p, __m512 v)
                                            top, _mm512_set1_epi32(0x40));
     _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
 }
+DEFINE_HALFPREC_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, fwd,
+                   h % 16 == 0, avx2_bf16_dup_fwd)
+DEFINE_HALFPREC_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, back,
+                   h % 16 == 0, avx2_bf16_dup_back)
+__attribute__((target("avx512f")))
+static inline void bf16_stream512(uint16_t *p, __m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
+    const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i r = _mm512_mask_or_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                                           top, _mm512_set1_epi32(0x40));
+    const __m256i b = _mm512_cvtepi32_epi16(r);
+    _mm_stream_si128((__m128i *)(void *)p, _mm256_castsi256_si128(b));
+    _mm_stream_si128((__m128i *)(void *)(p + 8), _mm256_extracti128_si256(b, 1));
+}
+DEFINE_HALFPREC_NT_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
+                       fwd, h % 16 == 0, avx512_bf16_dup_fwd)
+DEFINE_HALFPREC_NT_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
+                       back, h % 16 == 0, avx512_bf16_dup_back)
 DEFINE_HALFPREC_HALF(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, fwd)
 DEFINE_HALFPREC_HALF(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, back)
 DEFINE_HALFPREC_INTER(avx512_bf16, "avx512f,avx512dq", _mm512, __m512, 16, BF16_LOAD512,
@@ -1477,7 +1521,8 @@ static struct {
     pe_rope_fn dup[2][4];
     pe_rope_fn one[2][2][2][3];
     pe_rope_fn nt[2][2][2][2];
-    pe_rope_fn nt16[2];  /* float16 duplicated tables, streaming, [back] */
+    pe_rope_fn nt_half[2][2]; /* [bf16][back]: float16/bfloat16 duplicated
+                               * tables, streaming (NULL: none) */
     ptrdiff_t nt_align;  /* the bytes each of nt[..][1]'s streaming stores writes */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
@@ -1489,7 +1534,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {NULL, NULL}, 16};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -1518,7 +1563,7 @@ const char *pe_rope_dispatch(int level)
 #endif
     memset(rope_table.one, 0, sizeof rope_table.one);
     memset(rope_table.nt, 0, sizeof rope_table.nt);
-    memset(rope_table.nt16, 0, sizeof rope_table.nt16);
+    memset(rope_table.nt_half, 0, sizeof rope_table.nt_half);
     rope_table.nt_align = 16;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {
@@ -1543,11 +1588,14 @@ const char *pe_rope_dispatch(int level)
         if (__builtin_cpu_supports("f16c")) {
             memcpy(rope_halfprec[0], f16c, sizeof f16c);
             rope_table.dup[0][0] = f16c_dup_fwd;
-            rope_table.nt16[0] = f16c_nt_dup_fwd;
-            rope_table.nt16[1] = f16c_nt_dup_back;
+            rope_table.nt_half[0][0] = f16c_nt_dup_fwd;
+            rope_table.nt_half[0][1] = f16c_nt_dup_back;
             rope_table.dup[1][0] = f16c_dup_back;
         }
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
+        rope_table.dup[0][3] = avx2_bf16_dup_fwd;
+        rope_table.dup[1][3] = avx2_bf16_dup_back;
+
     }
     if (level >= PE_CPU_SSE2) {
         const int avx2 = level >= PE_CPU_AVX2;
@@ -1572,6 +1620,10 @@ const char *pe_rope_dispatch(int level)
                 {avx512_bf16_half_fwd, avx512_bf16_half_back},
                 {avx512_bf16_inter_fwd, avx512_bf16_inter_back}};
             memcpy(rope_halfprec_wide[1], bf16_wide, sizeof bf16_wide);
+            rope_table.dup[0][3] = avx512_bf16_dup_fwd;
+            rope_table.dup[1][3] = avx512_bf16_dup_back;
+            rope_table.nt_half[1][0] = avx512_bf16_nt_dup_fwd;
+            rope_table.nt_half[1][1] = avx512_bf16_nt_dup_back;
             if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide F16C kernels serve
                                                      * the other calls) */
                 static const pe_rope_fn f16_wide[2][2] = {
@@ -1632,11 +1684,12 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
 #define MAY_STREAM() (!in_place && large &&                                     \
                       pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h + \
                                          g->S / 2 * g->y_s))
-    if (type == 0 && job.dup != NULL && rope_table.nt16[back] != NULL && h % 8 == 0 &&
+    if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
         Y_ALIGNED(16) && MAY_STREAM()) {
-        /* float16 with duplicated tables (job.dup: contiguous vectors and
-         * tables) into y on 16 bytes (measured: see f16c_nt_dup_fwd) */
-        job.dup = rope_table.nt16[back];
+        /* float16/bfloat16 with duplicated tables (job.dup: contiguous
+         * vectors and tables) into y on 16 bytes (measured: see
+         * DEFINE_HALFPREC_NT_DUP) */
+        job.dup = rope_table.nt_half[type == 3][back];
         job.streaming = 1;
         job.prefetch = 0;
     }
