@@ -394,6 +394,23 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       lambda: posemb.apply_rope(x16i, c16, s16, out=x16i),
                       limit=_limit("scale", x16i), torch=t16))
 
+    # bfloat16 (ml_dtypes, optional): the same bytes as float16
+    try:
+        import ml_dtypes
+    except ImportError:
+        ml_dtypes = None
+    if ml_dtypes is not None:
+        bf = ml_dtypes.bfloat16
+        xb, xbi = x16.astype(np.float32).astype(bf), x16.astype(np.float32).astype(bf)
+        yb = np.empty_like(xb)
+        cb, sb = (t.astype(np.float32).astype(bf) for t in (c16, s16))
+        cases.append(Case("rope", "bfloat16 out= (ml_dtypes)", label16,
+                          lambda: posemb.apply_rope(xb, cb, sb, out=yb),
+                          limit=_limit("copy", xb, yb)))
+        cases.append(Case("rope", "bfloat16 in place (ml_dtypes)", label16,
+                          lambda: posemb.apply_rope(xbi, cb, sb, out=xbi),
+                          limit=_limit("scale", xbi)))
+
     # small: fits in L2
     xs = rng.standard_normal((1, H, 128, D), dtype=np.float32)
     cs, ss = cos[:128], sin[:128]
