@@ -396,11 +396,10 @@ def _rope_cases(cfg: Config) -> list[Case]:
 
     # bfloat16 (ml_dtypes, optional): the same bytes as float16
     try:
-        import ml_dtypes
+        from ml_dtypes import bfloat16 as bf
     except ImportError:
-        ml_dtypes = None
-    if ml_dtypes is not None:
-        bf = ml_dtypes.bfloat16
+        bf = None
+    if bf is not None:
         xb, xbi = x16.astype(np.float32).astype(bf), x16.astype(np.float32).astype(bf)
         yb = np.empty_like(xb)
         cb, sb = (t.astype(np.float32).astype(bf) for t in (c16, s16))

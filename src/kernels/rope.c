@@ -837,10 +837,10 @@ DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, b
                    h % 8 == 0, f16_dup_scalar_back)
 
 /* float16 and bfloat16 out of place with streaming stores (the *_nt
- * kernels' reasons), duplicated tables, W values at a time, both halves in
- * one pass, rows sharing a table row two at a time, each streaming store
- * 16 bytes: needs y's rows on 16 bytes (pe_rope_apply checks) and rows
- * where USE holds (else OTHER, plain stores).  Measured, 1 thread, Zen 5
+ * kernels' reasons): the dup kernels (DEFINE_HALFPREC_DUP) storing through
+ * 16-byte streaming stores, so y's rows must lie on 16 bytes
+ * (pe_rope_apply checks); rows the wide loop does not take go to the
+ * plain-store dup kernel.  Measured, 1 thread, Zen 5
  * EPYC, (1, 32, 16384, 128) into a reused np.empty_like(x) (16 bytes past a
  * line), against the dup kernels' plain stores: float16 (F16C, 8 wide)
  * 7.8-8.1 -> 6.5-7.1 ms in 3 alternating runs (a streaming copy of the
@@ -850,48 +850,10 @@ DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, b
  * the AVX2 level has none. */
 #define F16_STREAM(p, v) \
     _mm_stream_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
-#define HALFPREC_NT_ROW(P, V, LOAD, STREAM, DIR, x, y)                        \
-            {                                                                 \
-                const V xa = LOAD(x + i), xb = LOAD(x + i + h);              \
-                V ya, yb;                                                     \
-                HP_ROT_##DIR(P, ya, yb, xa, xb, ca, ca, sa, sa);              \
-                STREAM(y + i, ya);                                            \
-                STREAM(y + i + h, yb);                                        \
-            }
-/* W values per step; USE: the rows this kernel takes, else OTHER */
-#define DEFINE_HALFPREC_NT_DUP(NAME, TARGET, P, V, W, LOAD, STREAM, DIR, USE, OTHER) \
-__attribute__((target(TARGET)))                                               \
-static void NAME##_nt_dup_##DIR(const pe_rope_loop *L)                        \
-{                                                                             \
-    const ptrdiff_t h = L->r / 2;                                             \
-    if (pe_rope_groups(L, NAME##_nt_dup_##DIR))                               \
-        return;                                                               \
-    if (!(USE)) {                                                             \
-        OTHER(L);                                                             \
-        return;                                                               \
-    }                                                                         \
-    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
-        ROW_POINTERS(uint16_t)                                                \
-        const int pair = k + 1 < L->n && L->cos_step == 0 && L->sin_step == 0; \
-        const uint16_t *x2 = (const uint16_t *)(const void *)(L->x + (k + 1) * L->x_step); \
-        uint16_t *y2 = (uint16_t *)(void *)(L->y + (k + 1) * L->y_step);      \
-        for (ptrdiff_t i = 0; i < h; i += W) {                                \
-            const V ca = LOAD(c + i), sa = LOAD(s + i);                      \
-            HALFPREC_NT_ROW(P, V, LOAD, STREAM, DIR, x, y)                    \
-            if (pair)                                                         \
-                HALFPREC_NT_ROW(P, V, LOAD, STREAM, DIR, x2, y2)              \
-        }                                                                     \
-        COPY_TAIL(uint16_t)                                                   \
-        if (pair) {                                                           \
-            COPY_TAIL_OF(uint16_t, x2, y2)                                    \
-            k++;                                                              \
-        }                                                                     \
-    }                                                                         \
-}
-DEFINE_HALFPREC_NT_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, fwd,
-                       h % 8 == 0, f16c_dup_fwd)
-DEFINE_HALFPREC_NT_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, back,
-                       h % 8 == 0, f16c_dup_back)
+DEFINE_HALFPREC_DUP(f16c_nt, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, fwd,
+                   h % 8 == 0, f16c_dup_fwd)
+DEFINE_HALFPREC_DUP(f16c_nt, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, back,
+                   h % 8 == 0, f16c_dup_back)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -1026,10 +988,10 @@ static inline void bf16_stream512(uint16_t *p, __m512 v)
     _mm_stream_si128((__m128i *)(void *)p, _mm256_castsi256_si128(b));
     _mm_stream_si128((__m128i *)(void *)(p + 8), _mm256_extracti128_si256(b, 1));
 }
-DEFINE_HALFPREC_NT_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
-                       fwd, h % 16 == 0, avx512_bf16_dup_fwd)
-DEFINE_HALFPREC_NT_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
-                       back, h % 16 == 0, avx512_bf16_dup_back)
+DEFINE_HALFPREC_DUP(avx512_bf16_nt, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
+                   fwd, h % 16 == 0, avx512_bf16_dup_fwd)
+DEFINE_HALFPREC_DUP(avx512_bf16_nt, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
+                   back, h % 16 == 0, avx512_bf16_dup_back)
 DEFINE_HALFPREC_HALF(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, fwd)
 DEFINE_HALFPREC_HALF(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, back)
 DEFINE_HALFPREC_INTER(avx512_bf16, "avx512f,avx512dq", _mm512, __m512, 16, BF16_LOAD512,
@@ -1688,7 +1650,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         Y_ALIGNED(16) && MAY_STREAM()) {
         /* float16/bfloat16 with duplicated tables (job.dup: contiguous
          * vectors and tables) into y on 16 bytes (measured: see
-         * DEFINE_HALFPREC_NT_DUP) */
+         * F16_STREAM) */
         job.dup = rope_table.nt_half[type == 3][back];
         job.streaming = 1;
         job.prefetch = 0;
