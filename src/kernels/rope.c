@@ -961,7 +961,7 @@ DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LO
 #define BF16_LOAD512(p) _mm512_castsi512_ps(_mm512_slli_epi32(                \
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 __attribute__((target("avx512f")))
-static inline void bf16_store512(uint16_t *p, __m512 v)
+static inline __m256i bf16_round512(__m512 v)
 {
     const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
     const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
@@ -969,22 +969,23 @@ static inline void bf16_store512(uint16_t *p, __m512 v)
         _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
     const __m512i r = _mm512_mask_or_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
                                            top, _mm512_set1_epi32(0x40));
-    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+    return _mm512_cvtepi32_epi16(r);
+}
+__attribute__((target("avx512f")))
+static inline void bf16_store512(uint16_t *p, __m512 v)
+{
+    _mm256_storeu_si256((__m256i *)(void *)p, bf16_round512(v));
 }
 DEFINE_HALFPREC_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, fwd,
                    h % 16 == 0, avx2_bf16_dup_fwd)
 DEFINE_HALFPREC_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, back,
                    h % 16 == 0, avx2_bf16_dup_back)
+/* 16 bytes per streaming store (NumPy's own outputs lie 16 bytes past a
+ * line: see F16_STREAM) */
 __attribute__((target("avx512f")))
 static inline void bf16_stream512(uint16_t *p, __m512 v)
 {
-    const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __m512i r = _mm512_mask_or_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-                                           top, _mm512_set1_epi32(0x40));
-    const __m256i b = _mm512_cvtepi32_epi16(r);
+    const __m256i b = bf16_round512(v);
     _mm_stream_si128((__m128i *)(void *)p, _mm256_castsi256_si128(b));
     _mm_stream_si128((__m128i *)(void *)(p + 8), _mm256_extracti128_si256(b, 1));
 }
@@ -1472,11 +1473,11 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
  * The kernels of the dispatched CPU level (pe_rope_dispatch, called once
  * at import): full[kind][type] for any vectors (type 0..3: float16,
  * float32, float64, bfloat16), dup[back][type] for duplicated half-split
- * tables, reading only the first half of each table row (float16: at AVX2
- * and above with F16C; bfloat16: NULL), and the
- * explicit SIMD kernels one[interleaved][back][f64][run width: 16, 32 or
- * 64 bytes] and nt[..][..][..][store width: 16 bytes, nt_align] (NULL
- * where the level has none).
+ * tables, reading only the first half of each table row (float16 and
+ * bfloat16: at AVX2 and above, float16 with F16C), the explicit SIMD
+ * kernels one[interleaved][back][f64][run width: 16, 32 or 64 bytes] and
+ * nt[..][..][..][store width: 16 bytes, nt_align], and nt_half (NULL where
+ * the level has none).
  */
 static struct {
     pe_rope_fn full[4][4];
@@ -1550,14 +1551,13 @@ const char *pe_rope_dispatch(int level)
         if (__builtin_cpu_supports("f16c")) {
             memcpy(rope_halfprec[0], f16c, sizeof f16c);
             rope_table.dup[0][0] = f16c_dup_fwd;
+            rope_table.dup[1][0] = f16c_dup_back;
             rope_table.nt_half[0][0] = f16c_nt_dup_fwd;
             rope_table.nt_half[0][1] = f16c_nt_dup_back;
-            rope_table.dup[1][0] = f16c_dup_back;
         }
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
         rope_table.dup[0][3] = avx2_bf16_dup_fwd;
         rope_table.dup[1][3] = avx2_bf16_dup_back;
-
     }
     if (level >= PE_CPU_SSE2) {
         const int avx2 = level >= PE_CPU_AVX2;
