@@ -400,7 +400,8 @@ def _rope_cases(cfg: Config) -> list[Case]:
     except ImportError:
         bf = None
     if bf is not None:
-        xb, xbi = x16.astype(np.float32).astype(bf), x16.astype(np.float32).astype(bf)
+        xb = x16.astype(np.float32).astype(bf)
+        xbi = xb.copy()
         yb = np.empty_like(xb)
         cb, sb = (t.astype(np.float32).astype(bf) for t in (c16, s16))
         cases.append(Case("rope", "bfloat16 out= (ml_dtypes)", label16,

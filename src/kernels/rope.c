@@ -717,8 +717,9 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
 #define F16_STORE(p, v) \
     _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
 
-/* float16, duplicated half-split tables, any h, one value at a time: the
- * F16C dup kernels' fallback when h is not a multiple of 8.  Like every
+/* float16 or bfloat16, duplicated half-split tables, any h, one value at a
+ * time: the 8-wide dup kernels' fallback when h is not a multiple of 8.
+ * Like every
  * dup kernel it reads only the first half of each table row (the grouped
  * walk may pack just those: pack_tables). */
 #define DEFINE_HALFPREC_DUP_SCALAR(SUF, DIR)                                  \
@@ -1113,6 +1114,14 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
     return 1;
 }
 
+/* rows rows of bytes bytes each, src's step apart, to dst at dst_step */
+static void copy_rows(char *dst, ptrdiff_t dst_step, const char *src, ptrdiff_t src_step,
+                      ptrdiff_t rows, ptrdiff_t bytes)
+{
+    for (ptrdiff_t k = 0; k < rows; k++)
+        memcpy(dst + k * dst_step, src + k * src_step, (size_t)bytes);
+}
+
 /* a tile's copy of one table: its rows (16 positions of float32 rows of
  * 512 bytes, or 8 of float64, with a 48 KiB L1) and a page to place them */
 #define TILE_TABLE_BYTES (8192 + 4096)
@@ -1159,8 +1168,7 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
             /* buf[t] + s on a line, s = y0 + 2048 in bits 0-11 */
             const uintptr_t want = ((uintptr_t)y0 + 2048) & 4032u;
             char *dst = buf[t] + ((want - ((uintptr_t)buf[t] & 4095u)) & 4095u);
-            for (ptrdiff_t k = 0; k < L->m; k++)
-                memcpy(dst + k * stride, tab + k * step, (size_t)used);
+            copy_rows(dst, stride, tab, step, L->m, used);
             if (t)
                 L->sin = dst;
             else
@@ -1179,10 +1187,8 @@ static char *pack_tables(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_
 {
     if (buf == NULL)
         return NULL;
-    for (ptrdiff_t k = 0; k < rows; k++) {
-        memcpy(buf + 2 * k * hb, g->cos + b * g->cos_b + (s0 + k) * g->cos_s, (size_t)hb);
-        memcpy(buf + (2 * k + 1) * hb, g->sin + b * g->sin_b + (s0 + k) * g->sin_s, (size_t)hb);
-    }
+    copy_rows(buf, 2 * hb, g->cos + b * g->cos_b + s0 * g->cos_s, g->cos_s, rows, hb);
+    copy_rows(buf + hb, 2 * hb, g->sin + b * g->sin_b + s0 * g->sin_s, g->sin_s, rows, hb);
     return buf;
 }
 
@@ -1198,7 +1204,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
      * the grouped walk's buffer for a block of them (both halves of a
      * block's rows: at most half its table bytes, see grid_run) */
     const ptrdiff_t hb = g->r / 2 * job->itemsize;
-    const int grouped = !job->heads_inner && job->head_group > 1;  /* or tiles */
+    /* the grouped walk, or the tile walk where job->tiled */
+    const int grouped = !job->heads_inner && job->head_group > 1;
     void *pack_mem = job->pack && grouped && job->tiled == NULL
                          ? malloc((size_t)(2 * job->rows * hb + 64)) : NULL;
     char *pack_buf = pack_mem == NULL ? NULL
