@@ -218,6 +218,38 @@ def test_bfloat16_numpy_ml_dtypes(rng, interleaved):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("r", [128, 64, 96, 32, 48, 16, 24, 8, 6])
+def test_halfprec_tables_of_any_values_at_every_width(rng, dtype, interleaved, backward, r):
+    """Tables whose every entry differs (neither HF's duplicated halves nor
+    a pair's equal entries), so a kernel that takes one entry for another
+    shows; r picks the vector width: runs that are multiples of 32, 16 and
+    8 values and the scalar loop.  x holds normal values and random bit
+    patterns (subnormals, inf, NaN); every bit is the float32 formula
+    rounded once, new output and in place."""
+    if dtype == "bfloat16":
+        dt = pytest.importorskip("ml_dtypes").bfloat16
+    else:
+        dt = np.dtype(np.float16)
+    x = (rng.standard_normal((2, 3, 5, r + 4)) * 3).astype(dt)
+    bits = x.view(np.uint16).reshape(-1)
+    idx = rng.choice(bits.size, size=bits.size // 8, replace=False)
+    bits[idx] = rng.integers(0, 1 << 16, idx.size, dtype=np.uint16)
+    cos = rng.uniform(-1, 1, (5, r)).astype(dt)
+    sin = rng.uniform(-1, 1, (5, r)).astype(dt)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    with np.errstate(all="ignore"):
+        want = oracle32(x.astype(np.float32), cos.astype(np.float32), sin.astype(np.float32),
+                        interleaved, backward).astype(dt)
+        got = fn(x, cos, sin, interleaved=interleaved)
+        xi = x.copy()
+        fn(xi, cos, sin, interleaved=interleaved, out=xi)
+    _bits_equal(got, want)
+    _bits_equal(xi, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120", "r40"])
 @pytest.mark.parametrize("offset", [0, 16, 2])

@@ -157,7 +157,8 @@ ATTR void NAME(const pe_rope_loop *L)                                         \
  * [bfloat16][interleaved][back], NULL for the scalar loop: part of the
  * dispatch table, written once by pe_rope_dispatch at import */
 static pe_rope_fn rope_halfprec[2][2][2];
-/* 16 values per vector (AVX-512), [bf16][inter][back]; NULL: none */
+/* AVX-512 kernels (16 values per vector; bfloat16's 32, or 16 where the
+ * run is not a multiple of 32), [bf16][inter][back]; NULL: none */
 static pe_rope_fn rope_halfprec_wide[2][2][2];
 
 /* May L's run of `run` values go 16 at a time (AVX-512)?  Where it is a
@@ -845,10 +846,10 @@ DEFINE_HALFPREC_DUP(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, b
  * EPYC, (1, 32, 16384, 128) into a reused np.empty_like(x) (16 bytes past a
  * line), against the dup kernels' plain stores: float16 (F16C, 8 wide)
  * 7.8-8.1 -> 6.5-7.1 ms in 3 alternating runs (a streaming copy of the
- * same bytes 5.0-5.6 ms); bfloat16 (AVX-512, 16 wide) 8.2-8.5 -> 7.2-7.4
- * ms (2 and 3 runs).  bfloat16 8 wide (AVX2) was slower so, at
- * POSEMB_CPU=avx2: 12.4-12.5 -> 13.1-13.5 ms (its conversions bind it), so
- * the AVX2 level has none. */
+ * same bytes 5.0-5.6 ms); bfloat16 (AVX-512, 16 wide then; now 32 wide:
+ * bf16x32_nt) 8.2-8.5 -> 7.2-7.4 ms (2 and 3 runs).  bfloat16 8 wide (AVX2)
+ * was slower so, at POSEMB_CPU=avx2: 12.4-12.5 -> 13.1-13.5 ms (its
+ * conversions bind it), so the AVX2 level has none. */
 #define F16_STREAM(p, v) \
     _mm_stream_si128((__m128i *)(void *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
 DEFINE_HALFPREC_DUP(f16c_nt, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, fwd,
@@ -946,60 +947,155 @@ DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LO
                       F16_STORE512, back)
 
 /*
- * bfloat16 with AVX-512 (F and DQ, chosen at run time), 16 values at a
- * time: the same widening, maths and rounding as the AVX2 kernels (vpmovdw
- * keeps each rounded value's low 16 bits), for rows whose rotated run is
- * a multiple of 16 (rope_halfprec_vector).  The AVX2 kernels are bound by
- * the conversions' instructions, not by memory: (1, 32, 4096, 128) in
- * place took 5.4-5.8 ms, a third of float16's speed in bytes; 16 wide
- * 4.1-4.2 ms (1 thread, Zen 5 EPYC).  A 16-wide kernel for duplicated
- * tables (as float16's) measured 3.9-4.3 ms there; now the dup kernels
- * take two heads per table row and the grouped walk packs the half rows:
- * (1, 32, 16384, 128) in place 7.6-7.7 -> 6.4-6.6 ms, into a reused output
- * 11.6 -> 8.2-8.5 ms (2 alternating runs), (1, 32, 128, 128) in place 59
- * -> 50 us.
+ * bfloat16, 16 (AVX2) or 32 (AVX-512F) values per vector, with no shuffle:
+ * each 32-bit lane holds two bfloat16 values, which are exactly the top
+ * halves of two float32s, so the even-indexed values widen with one shift
+ * (lane << 16) and the odd-indexed ones with one mask (lane & 0xffff0000).
+ * The rotation is elementwise, so x, cos and sin split the same way meet
+ * lane by lane: a bf16xW value is that pair of float32 vectors, with the
+ * few operations the half-split loops (HALFPREC_HALF_BODY,
+ * DEFINE_HALFPREC_DUP) use.  In the interleaved layout the split is the
+ * layout's own pairs (x[2i] even, x[2i + 1] odd): no swap either.
+ * Rounding is pe_float_to_bf16's rule (add 0x7fff plus the kept lsb, keep
+ * the top 16 bits) with no test for NaN: every value rounded here is a
+ * product or a sum of bfloat16 values (x and both tables), and an x86
+ * multiply or add returns one of its NaN operands made quiet, or the
+ * default NaN 0xffc00000, so a NaN's low 16 bits are 0 and its top 16
+ * already carry the quiet bit 0x40: adding at most 0x8000 leaves them as
+ * pe_float_to_bf16 makes them.  The odd lanes keep their top halves and
+ * the even ones' are shifted below them.  The earlier kernels (8 and 16
+ * wide) spent a widening shuffle on every load and a narrowing one on
+ * every store.
+ * Measured, 1 thread, Zen 5 EPYC, HF's tables, against those kernels in
+ * alternating processes: AVX-512, (1, 32, 128, 128) in place 48 -> 40 us;
+ * (1, 32, 16384, 128) in place 5.9-6.1 -> 5.2-5.7 ms, into a reused output
+ * (streaming stores) 7.0-7.5 -> 6.2-7.0 ms (a plain copy 6.5-7.0 ms).  At
+ * POSEMB_CPU=avx2: 93 -> 56 us (64 us with a NaN test); 11.8-12.4 -> 8.6
+ * ms in place, 12.0-12.4 -> 9.2-9.3 ms into a reused output (with a NaN
+ * test).  Tried at AVX-512 and not kept: the AVX512_BF16 instruction
+ * vcvtne2ps2bf16 (with a vpermw to interleave, and denormal inputs, which
+ * it flushes, sent to this rounding) 39 against 40 us; the lsb's bias
+ * chosen with mask registers, even.
  */
-#define BF16_LOAD512(p) _mm512_castsi512_ps(_mm512_slli_epi32(                \
-    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
-__attribute__((target("avx512f")))
-static inline __m256i bf16_round512(__m512 v)
+#define DEFINE_BF16_PAIR(T, TARGET, P, VPS, VSI, SI)                          \
+typedef struct { VPS e, o; } T;                                               \
+__attribute__((target(TARGET)))                                               \
+static inline T T##_load(const uint16_t *p)                                   \
+{                                                                             \
+    const VSI v = P##_loadu_##SI((const VSI *)(const void *)p);               \
+    const T r = {P##_cast##SI##_ps(P##_slli_epi32(v, 16)),                    \
+                 P##_cast##SI##_ps(P##_and_##SI(v, P##_set1_epi32(-65536)))}; \
+    return r;                                                                 \
+}                                                                             \
+/* v's float32 bits rounded to bfloat16 in their top 16 bits (the low 16 \
+ * are left over) */                                                          \
+__attribute__((target(TARGET)))                                               \
+static inline VSI T##_round_top(VPS v)                                        \
+{                                                                             \
+    const VSI u = P##_castps_##SI(v);                                         \
+    const VSI lsb = P##_and_##SI(P##_srli_epi32(u, 16), P##_set1_epi32(1));   \
+    return P##_add_epi32(P##_add_epi32(u, P##_set1_epi32(0x7fff)), lsb);      \
+}                                                                             \
+BF16_PAIR_OP(T, TARGET, P, mul)                                               \
+BF16_PAIR_OP(T, TARGET, P, add)                                               \
+BF16_PAIR_OP(T, TARGET, P, sub)
+#define BF16_PAIR_OP(T, TARGET, P, OP)                                        \
+__attribute__((target(TARGET)))                                               \
+static inline T T##_##OP##_ps(T a, T b)                                       \
+{                                                                             \
+    const T r = {P##_##OP##_ps(a.e, b.e), P##_##OP##_ps(a.o, b.o)};           \
+    return r;                                                                 \
+}
+DEFINE_BF16_PAIR(bf16x16, "avx2", _mm256, __m256, __m256i, si256)
+DEFINE_BF16_PAIR(bf16x32, "avx512f", _mm512, __m512, __m512i, si512)
+
+/* (vpblendw takes the odd 16-bit words from its second operand) */
+__attribute__((target("avx2")))
+static inline void bf16x16_store(uint16_t *p, bf16x16 v)
 {
-    const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __m512i r = _mm512_mask_or_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-                                           top, _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
+    _mm256_storeu_si256((__m256i *)(void *)p,
+                        _mm256_blend_epi16(_mm256_srli_epi32(bf16x16_round_top(v.e), 16),
+                                           bf16x16_round_top(v.o), 0xAA));
 }
 __attribute__((target("avx512f")))
-static inline void bf16_store512(uint16_t *p, __m512 v)
+static inline __m512i bf16x32_round(bf16x32 v)
 {
-    _mm256_storeu_si256((__m256i *)(void *)p, bf16_round512(v));
+    /* (odd & 0xffff0000) | (even >> 16): vpternlogd's 0xCA is a ? b : c
+     * per bit, a the mask */
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi32(-65536), bf16x32_round_top(v.o),
+                                     _mm512_srli_epi32(bf16x32_round_top(v.e), 16), 0xCA);
 }
-DEFINE_HALFPREC_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, fwd,
-                   h % 16 == 0, avx2_bf16_dup_fwd)
-DEFINE_HALFPREC_DUP(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, back,
-                   h % 16 == 0, avx2_bf16_dup_back)
-/* 16 bytes per streaming store (NumPy's own outputs lie 16 bytes past a
- * line: see F16_STREAM) */
 __attribute__((target("avx512f")))
-static inline void bf16_stream512(uint16_t *p, __m512 v)
+static inline void bf16x32_store(uint16_t *p, bf16x32 v)
 {
-    const __m256i b = bf16_round512(v);
-    _mm_stream_si128((__m128i *)(void *)p, _mm256_castsi256_si128(b));
-    _mm_stream_si128((__m128i *)(void *)(p + 8), _mm256_extracti128_si256(b, 1));
+    _mm512_storeu_si512((void *)p, bf16x32_round(v));
 }
-DEFINE_HALFPREC_DUP(avx512_bf16_nt, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
-                   fwd, h % 16 == 0, avx512_bf16_dup_fwd)
-DEFINE_HALFPREC_DUP(avx512_bf16_nt, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_stream512,
-                   back, h % 16 == 0, avx512_bf16_dup_back)
-DEFINE_HALFPREC_HALF(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, fwd)
-DEFINE_HALFPREC_HALF(avx512_bf16, "avx512f", _mm512, __m512, 16, BF16_LOAD512, bf16_store512, back)
-DEFINE_HALFPREC_INTER(avx512_bf16, "avx512f,avx512dq", _mm512, __m512, 16, BF16_LOAD512,
-                      bf16_store512, fwd)
-DEFINE_HALFPREC_INTER(avx512_bf16, "avx512f,avx512dq", _mm512, __m512, 16, BF16_LOAD512,
-                      bf16_store512, back)
+/* four 16-byte streaming stores (see F16_STREAM) */
+__attribute__((target("avx512f")))
+static inline void bf16x32_stream(uint16_t *p, bf16x32 v)
+{
+    const __m512i b = bf16x32_round(v);
+    _mm_stream_si128((__m128i *)(void *)p, _mm512_castsi512_si128(b));
+    _mm_stream_si128((__m128i *)(void *)(p + 8), _mm512_extracti32x4_epi32(b, 1));
+    _mm_stream_si128((__m128i *)(void *)(p + 16), _mm512_extracti32x4_epi32(b, 2));
+    _mm_stream_si128((__m128i *)(void *)(p + 24), _mm512_extracti32x4_epi32(b, 3));
+}
+
+/* interleaved, the pair (x[2i], x[2i + 1]) in lane i's even and odd
+ * values: INTER_RESULT's maths with no swap */
+#define BF16_PAIR_INTER_fwd(P, y, xv, cv, sv)                                 \
+    y.e = P##_sub_ps(P##_mul_ps(xv.e, cv.e), P##_mul_ps(xv.o, sv.e));        \
+    y.o = P##_add_ps(P##_mul_ps(xv.o, cv.o), P##_mul_ps(xv.e, sv.o));
+#define BF16_PAIR_INTER_back(P, y, xv, cv, sv)                                \
+    y.e = P##_add_ps(P##_mul_ps(xv.e, cv.e), P##_mul_ps(xv.o, sv.o));        \
+    y.o = P##_sub_ps(P##_mul_ps(xv.o, cv.o), P##_mul_ps(xv.e, sv.e));
+
+/* T##_half_##DIR (any tables), T##_inter_##DIR, T##_dup_##DIR (HF's
+ * duplicated half-split tables): W values at a time, or OTHER's kernel of
+ * the same kind where the run is not a multiple of W */
+#define DEFINE_BF16_PAIR_KERNELS(T, TARGET, P, W, DIR, OTHER)                 \
+__attribute__((target(TARGET)))                                               \
+static void T##_half_##DIR(const pe_rope_loop *L)                             \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, T##_half_##DIR))                                    \
+        return;                                                               \
+    if (h % W != 0) {                                                         \
+        OTHER##_half_##DIR(L);                                                \
+        return;                                                               \
+    }                                                                         \
+    HALFPREC_HALF_BODY(T, T, W, T##_load, T##_store, DIR, 0, 0)               \
+}                                                                             \
+__attribute__((target(TARGET)))                                               \
+static void T##_inter_##DIR(const pe_rope_loop *L)                            \
+{                                                                             \
+    const ptrdiff_t h = L->r / 2;                                             \
+    if (pe_rope_groups(L, T##_inter_##DIR))                                   \
+        return;                                                               \
+    if (2 * h % W != 0) {                                                     \
+        OTHER##_inter_##DIR(L);                                               \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ROW_POINTERS(uint16_t)                                                \
+        for (ptrdiff_t i = 0; i < 2 * h; i += W) {                            \
+            const T xv = T##_load(x + i), cv = T##_load(c + i), sv = T##_load(s + i); \
+            T yv;                                                             \
+            BF16_PAIR_INTER_##DIR(P, yv, xv, cv, sv)                          \
+            T##_store(y + i, yv);                                             \
+        }                                                                     \
+        COPY_TAIL(uint16_t)                                                   \
+    }                                                                         \
+}                                                                             \
+DEFINE_HALFPREC_DUP(T, TARGET, T, T, W, T##_load, T##_store, DIR, h % W == 0, OTHER##_dup_##DIR)
+DEFINE_BF16_PAIR_KERNELS(bf16x16, "avx2", _mm256, 16, fwd, avx2_bf16)
+DEFINE_BF16_PAIR_KERNELS(bf16x16, "avx2", _mm256, 16, back, avx2_bf16)
+DEFINE_BF16_PAIR_KERNELS(bf16x32, "avx512f", _mm512, 32, fwd, bf16x16)
+DEFINE_BF16_PAIR_KERNELS(bf16x32, "avx512f", _mm512, 32, back, bf16x16)
+DEFINE_HALFPREC_DUP(bf16x32_nt, "avx512f", bf16x32, bf16x32, 32, bf16x32_load, bf16x32_stream,
+                   fwd, h % 32 == 0, bf16x16_dup_fwd)
+DEFINE_HALFPREC_DUP(bf16x32_nt, "avx512f", bf16x32, bf16x32, 32, bf16x32_load, bf16x32_stream,
+                   back, h % 32 == 0, bf16x16_dup_back)
 
 #endif
 
@@ -1547,8 +1643,8 @@ const char *pe_rope_dispatch(int level)
             {rope_dup_back_f32_avx2, rope_dup_back_f64_avx2}};
         static const pe_rope_fn f16c[2][2] = {{f16c_half_fwd, f16c_half_back},
                                               {f16c_inter_fwd, f16c_inter_back}};
-        static const pe_rope_fn bf16[2][2] = {{avx2_bf16_half_fwd, avx2_bf16_half_back},
-                                              {avx2_bf16_inter_fwd, avx2_bf16_inter_back}};
+        static const pe_rope_fn bf16[2][2] = {{bf16x16_half_fwd, bf16x16_half_back},
+                                              {bf16x16_inter_fwd, bf16x16_inter_back}};
         for (int k = 0; k < 4; k++)
             memcpy(&rope_table.full[k][1], full_avx2[k], sizeof full_avx2[k]);
         for (int b = 0; b < 2; b++)
@@ -1563,8 +1659,8 @@ const char *pe_rope_dispatch(int level)
             rope_table.nt_half[0][1] = f16c_nt_dup_back;
         }
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
-        rope_table.dup[0][3] = avx2_bf16_dup_fwd;
-        rope_table.dup[1][3] = avx2_bf16_dup_back;
+        rope_table.dup[0][3] = bf16x16_dup_fwd;
+        rope_table.dup[1][3] = bf16x16_dup_back;
     }
     if (level >= PE_CPU_SSE2) {
         const int avx2 = level >= PE_CPU_AVX2;
@@ -1586,13 +1682,13 @@ const char *pe_rope_dispatch(int level)
         rope_table.nt_align = avx2 ? 32 : 16;
         if (avx512) {
             static const pe_rope_fn bf16_wide[2][2] = {
-                {avx512_bf16_half_fwd, avx512_bf16_half_back},
-                {avx512_bf16_inter_fwd, avx512_bf16_inter_back}};
+                {bf16x32_half_fwd, bf16x32_half_back},
+                {bf16x32_inter_fwd, bf16x32_inter_back}};
             memcpy(rope_halfprec_wide[1], bf16_wide, sizeof bf16_wide);
-            rope_table.dup[0][3] = avx512_bf16_dup_fwd;
-            rope_table.dup[1][3] = avx512_bf16_dup_back;
-            rope_table.nt_half[1][0] = avx512_bf16_nt_dup_fwd;
-            rope_table.nt_half[1][1] = avx512_bf16_nt_dup_back;
+            rope_table.dup[0][3] = bf16x32_dup_fwd;
+            rope_table.dup[1][3] = bf16x32_dup_back;
+            rope_table.nt_half[1][0] = bf16x32_nt_dup_fwd;
+            rope_table.nt_half[1][1] = bf16x32_nt_dup_back;
             if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide F16C kernels serve
                                                      * the other calls) */
                 static const pe_rope_fn f16_wide[2][2] = {
