@@ -111,6 +111,11 @@ def out_operand(out: Any, shape: tuple, name: str = "out") -> Any:
         raise TypeError(f"{name} must be a float16, float32 or float64 array, got dtype {out.dtype}")
     if out.shape != tuple(shape):
         raise ValueError(f"{name} must have the result's shape {tuple(shape)}, got {out.shape}")
+    return writeable(out, name)
+
+
+def writeable(out: np.ndarray, name: str = "out") -> np.ndarray:
+    """``out`` itself, if it may be written (else a ValueError naming it)."""
     if not out.flags.writeable:
         raise ValueError(f"{name} must be writeable (it is read-only)")
     return out

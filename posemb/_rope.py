@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _checks
 from . import _native as _core
-from ._bfloat16 import accepts_bfloat16
+from ._bfloat16 import accepts_bfloat16, is_bfloat16_array
 from ._rope_scaling import normalize_scaling, rope_scaling_parameters
 from ._threads import _OUT_CACHE_MIN, cached_output
 
@@ -50,6 +50,7 @@ def _kind(interleaved: bool, backward: bool) -> int:
 _FAST_FWD = {False: _UFUNCS[0], True: _UFUNCS[2]}
 _FAST_BACK = {False: _UFUNCS[1], True: _UFUNCS[3]}
 _ND = np.ndarray
+_U16 = np.dtype(np.uint16)
 #: the native float dtypes (NumPy's singletons: an identity test is enough)
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
@@ -67,22 +68,33 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
                seq_axis: Any, out: Any) -> Any:
     """The gufunc called directly, or None for the long road.
 
-    A decode step (or a small array in place) is call overhead.  Plain
-    native float ndarrays of one dtype, x (..., h, s, d) and tables (s, r)
-    with r even -- or (..., 1, s, r), of no more axes than x, as HF's
-    unsqueezed (batch, 1, seq, dim) tables are: the size-1 axis is dropped
-    and the gufunc broadcasts the leading ones against x's -- new or in
-    place (out=x, not empty), go straight to the gufunc.  Whatever it refuses (shapes,
-    r > d, a read-only out, a result too large to allocate) returns None:
-    the long road then checks again and names the argument."""
-    if not ((out is None or (out is x and x.size)) and seq_axis is None
-            and type(x) is _ND and type(cos) is _ND and type(sin) is _ND
+    A decode step (or a small array) is call overhead.  Plain native float
+    ndarrays of one dtype, with no seq_axis, go to _fast_call."""
+    if not (seq_axis is None and type(x) is _ND and type(cos) is _ND and type(sin) is _ND
             and (interleaved is False or interleaved is True)):
         return None
-    dt, cs = x.dtype, cos.shape
+    dt = x.dtype
+    if not ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt):
+        return None
+    return _fast_call(ufuncs[interleaved], x, cos, sin, out)
+
+
+def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: Any) -> Any:
+    """ufunc (a RoPE gufunc) on ndarrays x (..., h, s, d) and tables (s, r)
+    with r even -- or (..., 1, s, r), of no more axes than x, as HF's
+    unsqueezed (batch, 1, seq, dim) tables are: the size-1 axis is dropped
+    and the gufunc broadcasts the leading ones against x's -- into a new
+    array, in place (out=x, not empty) or into out, an ndarray of x's dtype
+    and shape (x not empty).  The caller has checked the dtypes.  Whatever
+    the gufunc refuses (shapes, r > d, a read-only out, a result too large
+    to allocate; tables that would make the result larger than out) returns
+    None: the long road then checks again and names the argument."""
+    cs = cos.shape
     n = len(cs)
-    if not ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt
-            and cs == sin.shape and 2 <= n <= x.ndim and x.ndim >= 3 and not cs[-1] & 1):
+    if not (cs == sin.shape and 2 <= n <= x.ndim and x.ndim >= 3 and not cs[-1] & 1):
+        return None
+    if out is not None and not (x.size and (out is x or (type(out) is _ND and out.dtype is x.dtype
+                                                        and out.shape == x.shape))):
         return None
     if n > 2:
         if cs[-3] != 1:
@@ -90,8 +102,8 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
         cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
     try:
         if out is None:
-            return _new_result(ufuncs[interleaved], x, cos, sin)
-        return ufuncs[interleaved](x, cos, sin, out=x)
+            return _new_result(ufunc, x, cos, sin)
+        return ufunc(x, cos, sin, out=out)
     except (ValueError, MemoryError):
         return None
 
@@ -206,12 +218,6 @@ def _run_bf16_bits(kind: int, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
     return result
 
 
-def _is_bf16(a: Any) -> bool:
-    """An ml_dtypes bfloat16 ndarray?"""
-    return (type(a) is np.ndarray and a.dtype.kind == "V" and a.dtype.name == "bfloat16"
-            and a.dtype.itemsize == 2)
-
-
 _BF16_KEYWORDS = frozenset({"interleaved", "seq_axis", "out"})
 
 
@@ -224,16 +230,20 @@ def _bf16_kernel(backward: bool) -> Any:
     def deco(fn: Any) -> Any:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if len(args) == 3 and _is_bf16(args[0]) and kwargs.keys() <= _BF16_KEYWORDS:
+            if len(args) == 3 and is_bfloat16_array(args[0]) and kwargs.keys() <= _BF16_KEYWORDS:
                 x, cos, sin = args
                 out = kwargs.get("out")
-                if (_is_bf16(cos) and _is_bf16(sin) and x.ndim and cos.ndim and sin.ndim
-                        and (out is None or (_is_bf16(out) and out.flags.writeable))):
-                    cos, sin = _tables_along(x, cos, sin, kwargs.get("seq_axis"))
-                    u16 = np.dtype(np.uint16)
+                if (is_bfloat16_array(cos) and is_bfloat16_array(sin) and x.ndim and cos.ndim and sin.ndim
+                        and (out is None or (is_bfloat16_array(out) and out.flags.writeable))):
+                    seq_axis = kwargs.get("seq_axis")
+                    cos, sin = _tables_along(x, cos, sin, seq_axis)
                     kind = _kind(kwargs.get("interleaved", False), backward)
-                    y = _run_bf16_bits(kind, x.view(u16), cos.view(u16), sin.view(u16),
-                                       None if out is None else out.view(u16))
+                    xv, cv, sv = x.view(_U16), cos.view(_U16), sin.view(_U16)
+                    ov = None if out is None else xv if out is x else out.view(_U16)
+                    y = None if seq_axis is not None else _fast_call(_BF16_UFUNCS[kind], xv,
+                                                                     cv, sv, ov)
+                    if y is None:
+                        y = _run_bf16_bits(kind, xv, cv, sv, ov)
                     return out if out is not None else y.view(x.dtype)
             return fn(*args, **kwargs)
         return wrapper

@@ -401,6 +401,34 @@ def test_out_and_in_place(rng):
     np.testing.assert_array_equal(dst, posemb.apply_rope(srcv, cos, sin))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_out_of_exactly_the_result_and_the_outs_refused(rng, dtype):
+    """out= of x's dtype and shape takes the direct gufunc call (a decode
+    step's cost); every out that call must not accept still gets the
+    error naming out: one larger than the result (NumPy would broadcast
+    into it), one smaller than what the tables make, a read-only one."""
+    dt = pytest.importorskip("ml_dtypes").bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    x = rng.standard_normal((1, 3, 5, 16)).astype(dt)
+    cos, sin = (t.astype(dt) for t in posemb.rope_cos_sin(np.arange(5), 16))
+    want = posemb.apply_rope(x, cos, sin)
+    ref = posemb.apply_rope(x.astype(np.float32), cos.astype(np.float32),
+                            sin.astype(np.float32)).astype(dt)
+    np.testing.assert_array_equal(want.view(np.uint8), ref.view(np.uint8))
+    out = np.empty_like(x)
+    assert posemb.apply_rope(x, cos, sin, out=out) is out
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+    for fn in (posemb.apply_rope, posemb.apply_rope_backward):
+        with pytest.raises(ValueError, match="out"):
+            fn(x, cos, sin, out=np.empty((2,) + x.shape, dt))
+        with pytest.raises(ValueError, match="out"):     # tables (2, 1, s, r): result (2, 3, 5, 16)
+            fn(x, np.stack([cos, cos])[:, None], np.stack([sin, sin])[:, None],
+               out=np.empty_like(x))
+        ro = np.empty_like(x)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="out"):
+            fn(x, cos, sin, out=ro)
+
+
 def test_noncontiguous_broadcast_and_f_order(rng):
     base = rng.standard_normal((4, 6, 10, 32))
     x = base[::2, :, ::-1, ::2]         # strided, reversed, inner stride 2
