@@ -93,8 +93,8 @@ def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out:
     n = len(cs)
     if not (cs == sin.shape and 2 <= n <= x.ndim and x.ndim >= 3 and not cs[-1] & 1):
         return None
-    if out is not None and not (x.size and (out is x or (type(out) is _ND and out.dtype is x.dtype
-                                                        and out.shape == x.shape))):
+    if out is not None and not (x.size and (out is x or (
+            type(out) is _ND and out.dtype is x.dtype and out.shape == x.shape))):
         return None
     if n > 2:
         if cs[-3] != 1:
@@ -233,15 +233,16 @@ def _bf16_kernel(backward: bool) -> Any:
             if len(args) == 3 and is_bfloat16_array(args[0]) and kwargs.keys() <= _BF16_KEYWORDS:
                 x, cos, sin = args
                 out = kwargs.get("out")
-                if (is_bfloat16_array(cos) and is_bfloat16_array(sin) and x.ndim and cos.ndim and sin.ndim
+                if (is_bfloat16_array(cos) and is_bfloat16_array(sin)
+                        and x.ndim and cos.ndim and sin.ndim
                         and (out is None or (is_bfloat16_array(out) and out.flags.writeable))):
                     seq_axis = kwargs.get("seq_axis")
                     cos, sin = _tables_along(x, cos, sin, seq_axis)
                     kind = _kind(kwargs.get("interleaved", False), backward)
                     xv, cv, sv = x.view(_U16), cos.view(_U16), sin.view(_U16)
                     ov = None if out is None else xv if out is x else out.view(_U16)
-                    y = None if seq_axis is not None else _fast_call(_BF16_UFUNCS[kind], xv,
-                                                                     cv, sv, ov)
+                    y = (_fast_call(_BF16_UFUNCS[kind], xv, cv, sv, ov)
+                         if seq_axis is None else None)
                     if y is None:
                         y = _run_bf16_bits(kind, xv, cv, sv, ov)
                     return out if out is not None else y.view(x.dtype)

@@ -149,14 +149,19 @@ int pe_file_line(const char *path, char *buf, size_t n);
  * or 0 (no file, "max", not a number). */
 size_t pe_file_bytes(const char *path);
 /*
- * Work below this many bytes touched per thread runs on one thread: two
+ * Work below this many bytes touched per thread runs on one thread: five
  * of one core's L2 (pe_cache_l2_bytes; an in-place vector counts its bytes
  * twice, read and written).  Work of that size takes tens of microseconds
- * on one core, no more than waking a second one.  Measured, in-place RoPE
- * on a 1 MiB-L2 EPYC, 1 vs 2 threads, interleaved rounds: 0.5-1 MiB arrays
- * 1.05x, 2 MiB 0.85x (so it stays on one thread), 4 MiB 1.38x, 8 MiB 1.6x.
+ * on one core, little more than waking a second one, and a second thread
+ * that the OS runs late or preempts holds the caller up for longer.
+ * Measured, in-place RoPE, 1 vs 2 threads (speedups, interleaved rounds):
+ * earlier, on a 1 MiB-L2 EPYC, 2 MiB arrays 0.85x, 4 MiB 1.38x, 8 MiB 1.6x
+ * (two L2s per thread then); on a 1 MiB-L2 Zen 5 EPYC VM, 4 MiB arrays
+ * 0.93-1.15x in a script but 0.48x and 0.73x in two bench runs (other
+ * libraries' threads about), 6 MiB 0.98-1.23x, 8 MiB 1.07-1.33x, 16 MiB
+ * 1.27-1.8x: so 4 MiB (8 MiB touched) stays on one thread.
  */
-#define PE_PARALLEL_MIN_BYTES (2 * pe_cache_l2_bytes())
+#define PE_PARALLEL_MIN_BYTES (5 * pe_cache_l2_bytes())
 
 /*
  * Toeplitz fill (toeplitz.c): out[h, i, :] = diag[h, q-1-i : q-1-i+k] for a
