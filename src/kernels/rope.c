@@ -882,71 +882,6 @@ DEFINE_HALFPREC_INTER(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE,
 DEFINE_HALFPREC_INTER(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back)
 
 /*
- * bfloat16 with AVX2: widening is exact (the 16 bits become the top of a
- * float32); the float32 result is rounded to nearest even by the integer
- * rule of pe_float_to_bf16 (add 0x7fff plus the kept lsb, keep the top 16
- * bits; NaN stays NaN, made quiet), 8 values at a time.
- */
-#define BF16_LOAD(p) _mm256_castsi256_ps(_mm256_slli_epi32(                   \
-    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
-__attribute__((target("avx2")))
-static inline __m128i bf16_round(__m256 v)
-{
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-__attribute__((target("avx2")))
-static inline void bf16_store(uint16_t *p, __m256 v)
-{
-    _mm_storeu_si128((__m128i *)(void *)p, bf16_round(v));
-}
-
-DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd,
-                   h % 8 == 0, bf16_dup_scalar_fwd)
-DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back,
-                   h % 8 == 0, bf16_dup_scalar_back)
-DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
-DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
-
-DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
-DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
-
-/*
- * float16 with AVX-512F, 16 values at a time: the same conversions
- * (vcvtph2ps, vcvtps2ph to nearest even) and maths as the F16C kernels on
- * zmm registers, for rows whose rotated run is a multiple of 16, in place
- * only.  Measured in place, 1 thread, Zen 5 EPYC, HF's tables: (1, 32,
- * 128, 128) 0.038-0.039 -> 0.030-0.033 ms (interleaved 0.049-0.050 ->
- * 0.037-0.038), (1, 32, 8192, 128) 2.73-2.82 -> 2.36-2.53 ms, (1, 32,
- * 16384, 128) 5.3-5.5 -> 5.5-5.7 ms, memory-bound (interleaved 6.7-7.1 ->
- * 5.7-6.1, any tables 6.0-6.4 -> 4.8-6.0); but out of place, from memory,
- * twice the 8-wide kernels' time at every alignment of x and y tried
- * ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms, 5.3-5.4 with
- * the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for a reason not
- * found (bfloat16's 16-wide kernels are faster out of place than its
- * 8-wide ones).
- */
-#define F16_LOAD512(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
-#define F16_STORE512(p, v) \
-    _mm256_storeu_si256((__m256i *)(void *)(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
-DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd)
-DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back)
-DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd,
-                   rope_halfprec_wide_ok(L, 0, h), f16c_dup_fwd)
-DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back,
-                   rope_halfprec_wide_ok(L, 0, h), f16c_dup_back)
-DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
-                      F16_STORE512, fwd)
-DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
-                      F16_STORE512, back)
-
-/*
  * bfloat16, 16 (AVX2) or 32 (AVX-512F) values per vector, with no shuffle:
  * each 32-bit lane holds two bfloat16 values, which are exactly the top
  * halves of two float32s, so the even-indexed values widen with one shift
@@ -1009,6 +944,62 @@ static inline T T##_##OP##_ps(T a, T b)                                       \
 DEFINE_BF16_PAIR(bf16x16, "avx2", _mm256, __m256, __m256i, si256)
 DEFINE_BF16_PAIR(bf16x32, "avx512f", _mm512, __m512, __m512i, si512)
 
+/*
+ * bfloat16 with AVX2, 8 values at a time in order (the runs that are not a
+ * multiple of 16, which the bf16x16 kernels below take): widened by a
+ * shuffle and a shift, rounded by the same rule (bf16x16_round_top, no NaN
+ * test, for the same reason), narrowed by a pack.
+ */
+#define BF16_LOAD(p) _mm256_castsi256_ps(_mm256_slli_epi32(                   \
+    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+__attribute__((target("avx2")))
+static inline void bf16_store(uint16_t *p, __m256 v)
+{
+    const __m256i r = _mm256_srli_epi32(bf16x16_round_top(v), 16);
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+
+DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd,
+                   h % 8 == 0, bf16_dup_scalar_fwd)
+DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back,
+                   h % 8 == 0, bf16_dup_scalar_back)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
+
+DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
+DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
+
+/*
+ * float16 with AVX-512F, 16 values at a time: the same conversions
+ * (vcvtph2ps, vcvtps2ph to nearest even) and maths as the F16C kernels on
+ * zmm registers, for rows whose rotated run is a multiple of 16, in place
+ * only.  Measured in place, 1 thread, Zen 5 EPYC, HF's tables: (1, 32,
+ * 128, 128) 0.038-0.039 -> 0.030-0.033 ms (interleaved 0.049-0.050 ->
+ * 0.037-0.038), (1, 32, 8192, 128) 2.73-2.82 -> 2.36-2.53 ms, (1, 32,
+ * 16384, 128) 5.3-5.5 -> 5.5-5.7 ms, memory-bound (interleaved 6.7-7.1 ->
+ * 5.7-6.1, any tables 6.0-6.4 -> 4.8-6.0); but out of place, from memory,
+ * twice the 8-wide kernels' time at every alignment of x and y tried
+ * ((1, 32, 8192, 128) duplicated tables 3.7 -> 8.3-8.6 ms, 5.3-5.4 with
+ * the rows prefetched; any tables 6.2-6.5 -> 10.4-11.0), for a reason not
+ * found (bfloat16's 16-wide kernels are faster out of place than its
+ * 8-wide ones).
+ */
+#define F16_LOAD512(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define F16_STORE512(p, v) \
+    _mm256_storeu_si256((__m256i *)(void *)(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
+DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd)
+DEFINE_HALFPREC_HALF(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back)
+DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, fwd,
+                   rope_halfprec_wide_ok(L, 0, h), f16c_dup_fwd)
+DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back,
+                   rope_halfprec_wide_ok(L, 0, h), f16c_dup_back)
+DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
+                      F16_STORE512, fwd)
+DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
+                      F16_STORE512, back)
+
+
 /* (vpblendw takes the odd 16-bit words from its second operand) */
 __attribute__((target("avx2")))
 static inline void bf16x16_store(uint16_t *p, bf16x16 v)
@@ -1041,15 +1032,6 @@ static inline void bf16x32_stream(uint16_t *p, bf16x32 v)
     _mm_stream_si128((__m128i *)(void *)(p + 24), _mm512_extracti32x4_epi32(b, 3));
 }
 
-/* interleaved, the pair (x[2i], x[2i + 1]) in lane i's even and odd
- * values: INTER_RESULT's maths with no swap */
-#define BF16_PAIR_INTER_fwd(P, y, xv, cv, sv)                                 \
-    y.e = P##_sub_ps(P##_mul_ps(xv.e, cv.e), P##_mul_ps(xv.o, sv.e));        \
-    y.o = P##_add_ps(P##_mul_ps(xv.o, cv.o), P##_mul_ps(xv.e, sv.o));
-#define BF16_PAIR_INTER_back(P, y, xv, cv, sv)                                \
-    y.e = P##_add_ps(P##_mul_ps(xv.e, cv.e), P##_mul_ps(xv.o, sv.o));        \
-    y.o = P##_sub_ps(P##_mul_ps(xv.o, cv.o), P##_mul_ps(xv.e, sv.e));
-
 /* T##_half_##DIR (any tables), T##_inter_##DIR, T##_dup_##DIR (HF's
  * duplicated half-split tables): W values at a time, or OTHER's kernel of
  * the same kind where the run is not a multiple of W */
@@ -1081,7 +1063,9 @@ static void T##_inter_##DIR(const pe_rope_loop *L)                            \
         for (ptrdiff_t i = 0; i < 2 * h; i += W) {                            \
             const T xv = T##_load(x + i), cv = T##_load(c + i), sv = T##_load(s + i); \
             T yv;                                                             \
-            BF16_PAIR_INTER_##DIR(P, yv, xv, cv, sv)                          \
+            /* the pair (x[2i], x[2i + 1]) is lane i's even and odd value:  \
+             * the half-split maths with a = even, b = odd, no swap */       \
+            HP_ROT_##DIR(P, yv.e, yv.o, xv.e, xv.o, cv.e, cv.o, sv.e, sv.o);  \
             T##_store(y + i, yv);                                             \
         }                                                                     \
         COPY_TAIL(uint16_t)                                                   \
