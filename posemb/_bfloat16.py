@@ -22,29 +22,29 @@ from . import _checks
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def is_bfloat16(dtype: Any) -> bool:
-    """True for the dtype (or the dtype of an array-like) ``ml_dtypes.bfloat16``."""
-    if dtype is None:
-        return False
-    dt = getattr(dtype, "dtype", dtype)
-    try:
-        return np.dtype(dt).name == "bfloat16"
-    except TypeError:
-        return False
-
-
-#: the bfloat16 dtype once an array of it has been seen (ml_dtypes registers
-#: one descriptor): after that, an identity test instead of reading the
+#: the bfloat16 dtype once it has been seen (ml_dtypes registers one
+#: descriptor): after that, an identity test instead of reading the
 #: dtype's name (about 0.4 us) on every call
 _SEEN_BF16: list[np.dtype] = []
 
 
-def is_bfloat16_array(a: Any) -> bool:
-    """True for a plain ndarray of ``ml_dtypes.bfloat16`` (the test on every
-    call of the RoPE functions' bfloat16 road, so kept cheap)."""
-    if type(a) is not np.ndarray:
+def is_bfloat16(dtype: Any) -> bool:
+    """True for the dtype (or the dtype of an array-like) ``ml_dtypes.bfloat16``."""
+    if dtype is None:
         return False
-    dt = a.dtype
+    try:
+        return _is_bf16_dtype(np.dtype(getattr(dtype, "dtype", dtype)))
+    except TypeError:
+        return False
+
+
+def is_bfloat16_array(a: Any) -> bool:
+    """True for a plain ndarray of ``ml_dtypes.bfloat16`` (tested on every
+    call of the RoPE functions' bfloat16 road)."""
+    return type(a) is np.ndarray and _is_bf16_dtype(a.dtype)
+
+
+def _is_bf16_dtype(dt: np.dtype) -> bool:
     if _SEEN_BF16 and dt is _SEEN_BF16[0]:
         return True
     if dt.kind == "V" and dt.itemsize == 2 and dt.name == "bfloat16":
