@@ -68,7 +68,7 @@ class Case:
 
 
 def median_times(fns: list[Fn], repeat: int, calls: int = 1, rounds: int = 5,
-                 warm_s: float = 0.03) -> list[float]:
+                 warm_s: float = 0.03, settle_s: list[float] | None = None) -> list[float]:
     """Median seconds per call of each of `fns`, over `repeat` samples of
     `calls` calls taken in `rounds` interleaved rounds.  In every round each
     function first runs for `warm_s` seconds (at least once), then takes
@@ -76,12 +76,15 @@ def median_times(fns: list[Fn], repeat: int, calls: int = 1, rounds: int = 5,
     is up to 4x slower for its first milliseconds (measured here), and a
     warm function sees its own data in cache as a loop of it would leave
     it.  A machine whose speed drifts during the run shifts every
-    function's samples alike, so the ratios of the medians hold."""
+    function's samples alike, so the ratios of the medians hold.  After a
+    function's samples the round waits settle_s[i] seconds (if given): for
+    threads it leaves spinning (see _bench_ort.SPIN_SETTLE_S)."""
     rounds = max(1, min(rounds, repeat))
     samples: list[list[float]] = [[] for _ in fns]
+    settle = settle_s or [0.0] * len(fns)
     for r in range(rounds):
         n = repeat // rounds + (1 if r < repeat % rounds else 0)
-        for fn, out in zip(fns, samples):
+        for fn, out, wait in zip(fns, samples, settle):
             t0 = time.perf_counter()
             fn()
             while time.perf_counter() - t0 < warm_s:
@@ -91,6 +94,8 @@ def median_times(fns: list[Fn], repeat: int, calls: int = 1, rounds: int = 5,
                 for _ in range(calls):
                     fn()
                 out.append((time.perf_counter() - t0) / calls)
+            if wait > 0:
+                time.sleep(wait)
     return [float(np.median(x)) for x in samples]
 
 
@@ -877,8 +882,10 @@ def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None =
             lim = case.limit.fns if case.limit else {}
             fns += [(f"limit:{k}", f) for k, f in lim.items()]
             fns += [(c, getattr(case, c)) for c in COLUMNS if getattr(case, c) is not None]
+            settle = [_bench_ort.SPIN_SETTLE_S if k == "ort" and threads > 1 else 0.0
+                      for k, _ in fns]
             timed = dict(zip([k for k, _ in fns],
-                             median_times([f for _, f in fns], reps, calls)))
+                             median_times([f for _, f in fns], reps, calls, settle_s=settle)))
             row["posemb_s"] = timed["posemb"]
             if lim:
                 best = min(lim, key=lambda k: timed[f"limit:{k}"])

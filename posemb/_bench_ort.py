@@ -78,6 +78,17 @@ def rotary_model(dtype: Any, rank: int, num_heads: int, interleaved: bool) -> by
     return _int(1, 8) + _bytes(2, "posemb-bench") + opsets + _bytes(7, graph)
 
 
+# ONNX Runtime's intra-op threads keep spinning after a run (its default,
+# session.intra_op.allow_spinning): at 2 threads, about 30 ms of CPU in the
+# 50 ms after a (1, 32, 8192, 128) run, measured from /proc; whatever is
+# timed next shares a core with them (posemb's 2-thread out= on the same
+# data: 5.2-5.5 ms after itself, 6.0 ms right after ONNX Runtime).  So the
+# bench waits this long after ONNX Runtime's samples before timing the next
+# column.  ONNX Runtime keeps its spinning for its own back-to-back calls:
+# without it, (1, 32, 128, 128) took 64 instead of 47 us.
+SPIN_SETTLE_S = 0.1
+
+
 class OrtRope:
     """A session running the operator on fixed inputs, optionally into a
     bound output (I/O binding: no allocation per call)."""
