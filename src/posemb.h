@@ -120,10 +120,10 @@ typedef void (*pe_task_fn)(void *ctx, ptrdiff_t begin, ptrdiff_t end);
  */
 void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx);
 /*
- * pe_parallel_for over [0, n) as one job whose chunks hold at most
- * PE_STOP_CHECK_BYTES (item_bytes per item); the caller, between its own
- * chunks, once every ~100 ms of work, asks stop() (if not NULL) whether to
- * stop, and then no further chunk starts.  Returns 1 if it stopped, else 0.
+ * pe_parallel_for over [0, n) in chunks of at most PE_STOP_CHECK_BYTES
+ * (item_bytes per item); between chunks, once every ~100 ms of work, the
+ * caller asks stop() (if not NULL) whether to stop, with no chunk running
+ * on the pool.  Returns 1 if it stopped, else 0.
  */
 typedef int (*pe_stop_fn)(void);
 int pe_parallel_for_stoppable(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t item_bytes,

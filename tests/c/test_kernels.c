@@ -10,9 +10,11 @@
  *   ./a.out            # prints one line per check, exits 1 on any failure
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "posemb.h"
 #include "rope_neon.h"
@@ -634,6 +636,69 @@ static void test_file_bytes(void)
     report(pe_file_bytes("/no/such/posemb/file") == 0, "file bytes: a missing file is 0", 0, 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* The pool: stoppable jobs                                             */
+/* ------------------------------------------------------------------ */
+
+enum { POOL_ITEMS = 4096 };
+
+typedef struct {
+    atomic_int count[POOL_ITEMS];   /* how often each item was run */
+    int asked, stop_at;             /* stop() calls; stop at the stop_at-th */
+} pool_case;
+
+static pool_case *pool_now;         /* the case stop() reads */
+
+/* each chunk takes at least 10 ms of the process's CPU time, so a job of
+ * 64 chunks lasts several stop intervals (100 ms) on any thread count */
+static void pool_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    pool_case *pc = (pool_case *)ctx;
+    const clock_t t0 = clock();
+    for (ptrdiff_t i = begin; i < end; i++)
+        atomic_fetch_add(&pc->count[i], 1);
+    while (clock() - t0 < CLOCKS_PER_SEC / 100 && clock() >= t0)
+        ;
+}
+
+static int pool_stop(void)
+{
+    return ++pool_now->asked == pool_now->stop_at;
+}
+
+/* every item runs once, stop() is asked between chunks (each time with the
+ * job paused, then the rest goes on in a new job), and a stop leaves the
+ * items after it unrun */
+static void test_pool_stoppable(void)
+{
+    static pool_case pc;
+    const ptrdiff_t item_bytes = PE_STOP_CHECK_BYTES / 64;   /* 64 items a chunk */
+    for (int threads = 1; threads <= 2; threads++) {
+        char what[64];
+        int once = 1, stopped, ran = 0, twice = 0;
+        pe_set_num_threads(threads);
+        memset(&pc, 0, sizeof pc);
+        pool_now = &pc;
+        stopped = pe_parallel_for_stoppable(POOL_ITEMS, 1, item_bytes, pool_task, &pc, pool_stop);
+        for (int i = 0; i < POOL_ITEMS; i++)
+            once &= atomic_load(&pc.count[i]) == 1;
+        snprintf(what, sizeof what, "pool: %d thread(s), every item once, asked %d", threads,
+                 pc.asked);
+        report(!stopped && once && pc.asked >= 1, what, 0, 0);
+
+        memset(&pc, 0, sizeof pc);
+        pc.stop_at = 1;
+        stopped = pe_parallel_for_stoppable(POOL_ITEMS, 1, item_bytes, pool_task, &pc, pool_stop);
+        for (int i = 0; i < POOL_ITEMS; i++) {
+            ran += atomic_load(&pc.count[i]) > 0;
+            twice |= atomic_load(&pc.count[i]) > 1;
+        }
+        snprintf(what, sizeof what, "pool: %d thread(s), stopped after %d of %d items", threads,
+                 ran, POOL_ITEMS);
+        report(stopped == 1 && pc.asked == 1 && ran > 0 && ran < POOL_ITEMS && !twice, what, 0, 0);
+    }
+}
+
 int main(void)
 {
 #if defined(__aarch64__)
@@ -655,6 +720,7 @@ int main(void)
     test_half();
     test_out_cache();
     test_file_bytes();
+    test_pool_stoppable();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
