@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run the kernel tests at every CPU level this machine runs (POSEMB_CPU=
-# baseline, sse2, avx2, avx512 up to what show_config() reports as
+# baseline, sse2, avx2, avx512, avx512bf16 up to what show_config() reports as
 # supported), so every family's SIMD kernels -- not only the best one --
 # are checked against the same references.  Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 levels=$(python -c "
 import posemb
-order = ['baseline', 'sse2', 'avx2', 'avx512']
+order = ['baseline', 'sse2', 'avx2', 'avx512', 'avx512bf16']
 best = posemb.show_config(print_=False)['supported']
 print(' '.join(order[:order.index(best) + 1]))")
 echo "cpu_levels: $levels"

@@ -136,8 +136,9 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     The CPU is probed once, when posemb is imported, and every SIMD kernel
     afterwards uses that level: the best this CPU (and build) runs, or the
     one set by the environment variable ``POSEMB_CPU`` (``baseline``,
-    ``sse2``, ``avx2`` or ``avx512``; a level above the CPU's is lowered to
-    it with a ``RuntimeWarning``).  Every level gives the same bits.
+    ``sse2``, ``avx2``, ``avx512`` or ``avx512bf16``, which adds AVX512_BF16
+    rounding to bfloat16 RoPE; a level above the CPU's is lowered to it with
+    a ``RuntimeWarning``).  Every level gives the same bits.
 
     Returns (and, with ``print_=True``, prints) a dict: ``level`` (in use),
     ``supported`` (the best this CPU and build run), the instruction set of
@@ -151,7 +152,7 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     --------
     >>> import posemb
     >>> cfg = posemb.show_config(print_=False)
-    >>> cfg["level"] in ("baseline", "sse2", "avx2", "avx512")
+    >>> cfg["level"] in ("baseline", "sse2", "avx2", "avx512", "avx512bf16")
     True
     """
     print_ = _checks.flag(print_, "print_")

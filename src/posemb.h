@@ -45,7 +45,8 @@
 /* ------------------------------------------------------------------ */
 /* CPU dispatch (dispatch.c): one level for the whole process          */
 /* ------------------------------------------------------------------ */
-enum { PE_CPU_BASELINE, PE_CPU_SSE2, PE_CPU_AVX2, PE_CPU_AVX512, PE_CPU_LEVELS };
+enum { PE_CPU_BASELINE, PE_CPU_SSE2, PE_CPU_AVX2, PE_CPU_AVX512, PE_CPU_AVX512BF16,
+       PE_CPU_LEVELS };
 int pe_cpu_supported(void);      /* the best level this CPU and build run */
 /* Use level (-1: the best; above the best: clamped); returns the level
  * used.  Called once, at import, before any kernel runs. */

@@ -11,7 +11,7 @@ import pytest
 
 import posemb
 
-ORDER = ["baseline", "sse2", "avx2", "avx512"]
+ORDER = ["baseline", "sse2", "avx2", "avx512", "avx512bf16"]
 # where the posemb under test lives (this checkout, or an installed wheel's
 # site-packages when .ci/wheel_*.sh test a wheel): the children import that one
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(posemb.__file__)))
@@ -60,6 +60,10 @@ def test_every_level_in_a_child(level):
         assert cfg["rope"] == "baseline" and cfg["streaming_stores"] == "none"
     if want == "avx2":
         assert cfg["rope"] == "avx2"
+    if want == "avx512bf16":
+        # bfloat16 RoPE rounds with AVX512_BF16; the rest is the avx512 level's
+        assert cfg["rope"] == "avx512bf16"
+        assert cfg["sinusoidal"] == "avx512" and cfg["streaming_stores"] == "avx512"
     if want == "avx512":
         assert cfg["sinusoidal"] == "avx512"
         # RoPE's AVX-512 kernels also need AVX-512DQ (else it stays at AVX2)

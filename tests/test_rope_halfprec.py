@@ -296,3 +296,23 @@ def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, of
         assert (buf[:start] == 0x55).all() and (buf[start + x.size * 2:] == 0x55).all()
         fn(x, cos, sin, out=x)
     _bits_equal(x, want)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_bfloat16_in_place_beyond_the_last_level_cache(rng, backward):
+    """bfloat16 in place with HF's duplicated tables on an array 1.5x the
+    last-level cache (read at run time): at level avx512bf16 such calls take
+    the integer-rounding kernels, not AVX512_BF16's (pe_rope_apply's
+    bf16_far); every value the float32 formula rounded once."""
+    dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    llc = int(posemb.show_config(print_=False)["last_level_cache"].split()[0]) << 10
+    heads = -(-3 * llc // (2 * 8192 * 128 * 2))
+    if heads > 64:
+        pytest.skip(f"a last-level cache of {llc >> 20} MiB: over 128 MiB of bfloat16")
+    x = _hard_values(rng, (1, heads, 8192, 128)).astype(np.float32).astype(dt)
+    cos, sin = posemb.rope_cos_sin(np.arange(8192), 128, dtype=dt)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    with np.errstate(all="ignore"):
+        want = oracle32(x, cos, sin, backward=backward).astype(dt)
+        fn(x, cos, sin, out=x)
+    _bits_equal(x, want)

@@ -14,7 +14,7 @@
 #include "posemb.h"
 
 static const char *const level_names[PE_CPU_LEVELS] = {"baseline", "sse2", "avx2",
-                                                       "avx512"};
+                                                       "avx512", "avx512bf16"};
 
 /* the level in use: written once at import (before any kernel runs) */
 static int cpu_level = PE_CPU_BASELINE;
@@ -37,7 +37,10 @@ int pe_cpu_supported(void)
 #if defined(PE_X86_SIMD)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
-        return PE_CPU_AVX512;
+        return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                       __builtin_cpu_supports("avx512bf16")
+                   ? PE_CPU_AVX512BF16
+                   : PE_CPU_AVX512;
     if (__builtin_cpu_supports("avx2"))
         return PE_CPU_AVX2;
     return PE_CPU_SSE2;
@@ -58,8 +61,9 @@ int pe_cpu_select(int level)
     family_isa[PE_FAMILY_ROPE] = pe_rope_dispatch(level);
     family_isa[PE_FAMILY_SINUSOIDAL] = pe_sinusoidal_dispatch(level);
     family_isa[PE_FAMILY_LEARNED] = pe_learned_dispatch(level);
-    /* streaming (non-temporal) stores: SSE2 and up */
-    family_isa[PE_FAMILY_STREAM] = level >= PE_CPU_SSE2 ? level_names[level] : "none";
+    /* streaming (non-temporal) stores: SSE2 and up (AVX512_BF16 adds none) */
+    family_isa[PE_FAMILY_STREAM] =
+        level >= PE_CPU_SSE2 ? level_names[level < PE_CPU_AVX512 ? level : PE_CPU_AVX512] : "none";
     return level;
 }
 
