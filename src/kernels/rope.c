@@ -907,10 +907,9 @@ DEFINE_HALFPREC_INTER(f16c, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE,
  * (streaming stores) 7.0-7.5 -> 6.2-7.0 ms (a plain copy 6.5-7.0 ms).  At
  * POSEMB_CPU=avx2: 93 -> 56 us (64 us with a NaN test); 11.8-12.4 -> 8.6
  * ms in place, 12.0-12.4 -> 9.2-9.3 ms into a reused output (with a NaN
- * test).  Tried at AVX-512 and not kept: the AVX512_BF16 instruction
- * vcvtne2ps2bf16 (with a vpermw to interleave, and denormal inputs, which
- * it flushes, sent to this rounding) 39 against 40 us; the lsb's bias
- * chosen with mask registers, even.
+ * test).  Tried at AVX-512 and not kept: the lsb's bias chosen with mask
+ * registers, even.  (The AVX512_BF16 rounding, below, measured 39 against
+ * 40 us then, before the single loads; it now serves level avx512bf16.)
  * T##_load loads each vector once (an empty asm keeps GCC from folding the
  * load into both the shift and the mask, which reads the line twice, four
  * times where the vector crosses two lines).  Measured, AVX-512, HF's
