@@ -22,7 +22,7 @@ import posemb
 from posemb import _bench, _bench_stream
 
 
-def _cases(llc: int):
+def _cases(cfg: _bench.Config):
     rng = np.random.default_rng(0)
     dtypes = [("float32", np.float32), ("float64", np.float64), ("float16", np.float16)]
     try:
@@ -31,10 +31,7 @@ def _cases(llc: int):
     except ImportError:
         pass
     for name, dt in dtypes:
-        size = np.dtype(dt).itemsize
-        seq = 4096
-        while 32 * seq * 128 * size < 4 * llc:
-            seq *= 2
+        seq = cfg.big_seq(32, 128, np.dtype(dt).itemsize)
         x = rng.standard_normal((1, 32, seq, 128)).astype(dt)
         for inter in ([False, True] if name == "float32" else [False]):
             cos, sin = posemb.rope_cos_sin(np.arange(seq), 128, interleaved=inter)
@@ -42,10 +39,6 @@ def _cases(llc: int):
             label = f"{name}{' interleaved' if inter else ''}"
             yield label + " in place", x.copy(), cos, sin, inter, None
             yield label + " out=", x, cos, sin, inter, np.empty_like(x)
-
-
-def _flat(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1).view(np.uint8).view(np.float32)
 
 
 def main() -> None:
@@ -58,21 +51,18 @@ def main() -> None:
     st = _bench_stream.load()
     if st is None:
         raise SystemExit("no C compiler: the limit passes cannot be built")
-    llc, _ = _bench.llc_bytes()
+    cfg = _bench.Config(quick=False, threads=t, llc=_bench.llc_bytes()[0], compile=False,
+                        ort=False, stream=st)
     pairs = []
-    for label, x, cos, sin, inter, out in _cases(llc):
+    for label, x, cos, sin, inter, out in _cases(cfg):
         if out is None:
             def p(x=x, c=cos, s=sin, i=inter):
                 posemb.apply_rope(x, c, s, out=x, interleaved=i)
-
-            def lim(x=x):
-                st.run("scale", "plain", t, _flat(x))
+            lim = _bench._stream_pass(st, "scale", "plain", t, x, None, None)
         else:
             def p(x=x, c=cos, s=sin, i=inter, y=out):
                 posemb.apply_rope(x, c, s, out=y, interleaved=i)
-
-            def lim(x=x, y=out):
-                st.run("copy", "nt", t, _flat(y), _flat(x))
+            lim = _bench._stream_pass(st, "copy", "nt", t, x, out, None)
         p()
         lim()
         pairs.append((label, p, lim))
