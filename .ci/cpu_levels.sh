@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Run the kernel tests at every CPU level this machine runs (POSEMB_CPU=
-# baseline, sse2, avx2, avx512, avx512bf16 up to what show_config() reports as
+# tests/test_cpu_dispatch.py's ORDER of levels,
+# up to what show_config() reports as
 # supported), so every family's SIMD kernels -- not only the best one --
 # are checked against the same references.  Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 levels=$(python -c "
+import sys
+sys.path.insert(0, 'tests')
 import posemb
-order = ['baseline', 'sse2', 'avx2', 'avx512', 'avx512bf16']
+from test_cpu_dispatch import ORDER as order   # (the tests' list of levels)
 best = posemb.show_config(print_=False)['supported']
 print(' '.join(order[:order.index(best) + 1]))")
 echo "cpu_levels: $levels"

@@ -733,17 +733,23 @@ static PyMethodDef METHODS[] = {
 
 /* ---- Module (multi-phase initialisation) */
 
-/* The CPU level, once: the best this CPU runs, or POSEMB_CPU (baseline,
- * sse2, avx2, avx512, avx512bf16); above the CPU's: clamped, and an unknown
- * name ignored, each with a RuntimeWarning. */
+/* The CPU level, once: the best this CPU runs, or POSEMB_CPU (a name of
+ * pe_cpu_name's); above the CPU's: clamped, and an unknown name ignored,
+ * each with a RuntimeWarning. */
 static int select_cpu(void)
 {
     const char *env = getenv("POSEMB_CPU");
     const int want = pe_cpu_parse(env);
-    if (env != NULL && env[0] != '\0' && want < 0 &&
-        PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "POSEMB_CPU=%s is not one of baseline, "
-                         "sse2, avx2, avx512, avx512bf16: ignored", env) < 0)
-        return -1;
+    if (env != NULL && env[0] != '\0' && want < 0) {
+        char names[128] = "";   /* the level names, from dispatch.c's one list */
+        for (int i = 0; i < PE_CPU_LEVELS; i++) {
+            const size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", pe_cpu_name(i));
+        }
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "POSEMB_CPU=%s is not one of %s: ignored",
+                             env, names) < 0)
+            return -1;
+    }
     const int got = pe_cpu_select(want);
     if (want > got &&
         PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "POSEMB_CPU=%s: this CPU (or build) runs "

@@ -78,6 +78,8 @@ def test_every_level_in_a_child(level):
 def test_unknown_level_warns_and_is_ignored():
     cfg, err = _config_in_child("pentium")
     assert "POSEMB_CPU=pentium" in err and "ignored" in err
+    # the warning names every level, in order
+    assert "is not one of " + ", ".join(ORDER) + ": ignored" in err
     assert cfg["level"] == cfg["supported"]
 
 

@@ -1752,8 +1752,10 @@ const char *pe_rope_dispatch(int level)
             rope_table.dup[1][3] = bf16_dup[c][0][1];
             rope_table.nt_half[1][0] = bf16_dup[c][1][0];
             rope_table.nt_half[1][1] = bf16_dup[c][1][1];
-            rope_table.bf16_far[0] = bf16_dup[0][0][0];  /* (see pe_rope_apply) */
-            rope_table.bf16_far[1] = bf16_dup[0][0][1];
+            if (c) {   /* (see pe_rope_apply) */
+                rope_table.bf16_far[0] = bf16_dup[0][0][0];
+                rope_table.bf16_far[1] = bf16_dup[0][0][1];
+            }
             if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide F16C kernels serve
                                                      * the other calls) */
                 static const pe_rope_fn f16_wide[2][2] = {

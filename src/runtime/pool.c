@@ -103,14 +103,25 @@ static ptrdiff_t chunk_start(ptrdiff_t n, ptrdiff_t i, ptrdiff_t chunks)
     return i >= chunks ? n : (ptrdiff_t)((double)n * (double)i / (double)chunks);
 }
 
+/* The first item of chunk i of [base, n) split as chunk_start splits */
+static ptrdiff_t chunk_at(ptrdiff_t base, ptrdiff_t n, ptrdiff_t i, ptrdiff_t chunks)
+{
+    return base + chunk_start(n - base, i, chunks);
+}
+
+/* chunks of at most chunk_items items (any size where it is 0) over m items */
+static ptrdiff_t chunks_of(ptrdiff_t m, ptrdiff_t chunk_items)
+{
+    return chunk_items > 0 ? (m + chunk_items - 1) / chunk_items : 1;
+}
+
 /* [base, n) in `chunks` ranges on the calling thread, asking c between them
  * when due; 1 if it stopped. */
 static int run_serial(pe_task_fn fn, void *ctx, ptrdiff_t base, ptrdiff_t n, ptrdiff_t chunks,
                       stop_clock *c)
 {
     for (ptrdiff_t i = 0; i < chunks; i++) {
-        const ptrdiff_t lo = base + chunk_start(n - base, i, chunks);
-        const ptrdiff_t hi = base + chunk_start(n - base, i + 1, chunks);
+        const ptrdiff_t lo = chunk_at(base, n, i, chunks), hi = chunk_at(base, n, i + 1, chunks);
         if (hi > lo)
             fn(ctx, lo, hi);
         if (i + 1 < chunks && stop_due(c) && stop_asked(c))
@@ -132,7 +143,7 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
     (void)grain;
     if (n <= 0)
         return 0;
-    return run_serial(fn, ctx, 0, n, chunk_items > 0 ? (n + chunk_items - 1) / chunk_items : 1, c);
+    return run_serial(fn, ctx, 0, n, chunks_of(n, chunk_items), c);
 }
 
 #else
@@ -268,8 +279,8 @@ static ptrdiff_t run_chunks(pe_task_fn fn, void *ctx, ptrdiff_t base, ptrdiff_t 
         if (i >= chunks)
             return chunks;
         {
-            const ptrdiff_t lo = base + chunk_start(n - base, i, chunks);
-            const ptrdiff_t hi = base + chunk_start(n - base, i + 1, chunks);
+            const ptrdiff_t lo = chunk_at(base, n, i, chunks);
+            const ptrdiff_t hi = chunk_at(base, n, i + 1, chunks);
             if (hi > lo)
                 fn(ctx, lo, hi);
         }
@@ -403,7 +414,7 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
         grain = 1;
     while (base < n) {
         const ptrdiff_t m = n - base, max_parts = m / grain;
-        const ptrdiff_t min_chunks = chunk_items > 0 ? (m + chunk_items - 1) / chunk_items : 1;
+        const ptrdiff_t min_chunks = chunks_of(m, chunk_items);
         ptrdiff_t chunks, rest;
         int parts;
         if (max_parts < 2 || pthread_mutex_trylock(&job_lock) != 0)
@@ -459,7 +470,7 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
             return 0;
         if (stop_asked(c))
             return 1;
-        base += chunk_start(m, rest, chunks);
+        base = chunk_at(base, n, rest, chunks);
     }
     return 0;
 }
