@@ -690,7 +690,7 @@ def test_beyond_the_last_level_cache(rng, dtype, interleaved, layout):
     """Arrays larger than the last-level cache (read at run time): (b, s, h,
     d) memory (HF's transposed q, heads sliced from a fused projection)
     runs one head per kernel call, each head's next row prefetched, and in
-    place every layout takes the 16-byte kernels.  In place, into a new
+    place every layout takes the 16-byte kernels (interleaved: 32-byte).  In place, into a new
     array and into an out= one element off alignment: all the formula's
     bits, nothing written past out."""
     llc = int(posemb._native._dispatch()["last_level_cache"].split()[0]) * 1024
@@ -720,6 +720,32 @@ def test_beyond_the_last_level_cache(rng, dtype, interleaved, layout):
     np.testing.assert_array_equal(x, want)
     if extra:
         np.testing.assert_array_equal(fused[:, :, heads:], others)   # k, v heads untouched
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("rot", [128, 40, 36])
+@pytest.mark.parametrize("tables", ["rope_cos_sin", "random"])
+def test_interleaved_in_place_beyond_the_cache(rng, dtype, backward, rot, tables):
+    """Interleaved in place beyond the last-level cache takes the 32-byte
+    kernels where a row's rotated part is a multiple of 32 bytes (rot 128
+    and 40), else the 16-byte ones (rot 36 in float32): every bit of the
+    formula, forward and backward, with any tables, features past rot
+    unchanged."""
+    llc = int(posemb._native._dispatch()["last_level_cache"].split()[0]) * 1024
+    if llc > 256 << 20:
+        pytest.skip(f"a {llc >> 20} MiB last-level cache: x would be too large here")
+    heads, d = 8, 128
+    seq = llc // (heads * d * np.dtype(dtype).itemsize) + 64
+    x = rng.standard_normal((1, heads, seq, d)).astype(dtype)
+    if tables == "random":
+        cos, sin = (rng.standard_normal((seq, rot)).astype(dtype) for _ in range(2))
+    else:
+        cos, sin = posemb.rope_cos_sin(np.arange(seq), rot, dtype=dtype, interleaved=True)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    want = formula_bits(x, cos, sin, True, backward)
+    fn(x, cos, sin, interleaved=True, out=x)
+    np.testing.assert_array_equal(x, want)
 
 
 def _aligned_empty(shape, dtype, offset):

@@ -1874,9 +1874,20 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                  * ms, interleaved alike (5.0 ms); at 2 threads no slower.
                  * Longer prefetch distances did not close the gap; in cache
                  * the 16-byte kernels are 30% slower ((1, 32, 512, 128) 157
-                 * against 206 us). */
+                 * against 206 us).  Interleaved, the 32-byte kernels where
+                 * rows allow: measured later, same CPU, each call timed
+                 * next to the other kernel's in one process (median of the
+                 * ratios of 10-12 pairs): (1, 32, 8192, 128) float32 in
+                 * place, 2 threads with both cores free, 0.84-0.99 (8
+                 * runs, median 0.90) of the 16-byte kernels' time, float64
+                 * (1, 32, 4096, 128) 0.87-1.03 (median 0.94); 1 thread
+                 * 0.94-0.97 and 0.91-0.98; 2 threads, the second core
+                 * busy, even; HF's transposed q (1 thread) 0.82-0.84,
+                 * heads sliced from a fused projection 0.94.  Half-split
+                 * stays 16 bytes (contiguous: 2 threads free 0.94-1.11, 1
+                 * thread 1.01-1.06). */
                 fast = rope_table.one[inter][back][f64]
-                                     [in_place && past_llc ? 0 :
+                                     [in_place && past_llc ? inter && run_bytes % 32 == 0 :
                                       run_bytes % 64 == 0 ? 2 : run_bytes % 32 == 0];
             }
             if (inter)
