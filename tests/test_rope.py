@@ -13,6 +13,7 @@ import pytest
 from _torch import torch
 
 import posemb
+from posemb._bench import llc_bytes
 
 # ---------------------------------------------------------------- references
 
@@ -683,6 +684,16 @@ def test_large_blocked_paths_equal_gufunc(rng, dtype, backward, variant):
     np.testing.assert_array_equal(fn(xi, cos, sin, out=xi), want)
 
 
+def _past_the_cache(heads, d, dtype):
+    """The last-level cache's bytes (as posemb's runtime and bench read it)
+    and a sequence length making (1, heads, seq, d) of dtype just larger;
+    skips where that would be too large for a test."""
+    llc, _ = llc_bytes()
+    if llc > 256 << 20:
+        pytest.skip(f"a {llc >> 20} MiB last-level cache: x would be too large here")
+    return llc, llc // (heads * d * np.dtype(dtype).itemsize) + 64
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("layout", ["hf", "sliced", "contiguous"])
@@ -693,12 +704,8 @@ def test_beyond_the_last_level_cache(rng, dtype, interleaved, layout):
     place every layout takes the 16-byte kernels (interleaved: 32-byte).
     In place, into a new array and into an out= one element off alignment:
     all the formula's bits, nothing written past out."""
-    llc = int(posemb._native._dispatch()["last_level_cache"].split()[0]) * 1024
-    if llc > 256 << 20:
-        pytest.skip(f"a {llc >> 20} MiB last-level cache: x would be too large here")
     heads, d = 8, 128
-    itemsize = np.dtype(dtype).itemsize
-    seq = llc // (heads * d * itemsize) + 64                # x just over the cache
+    llc, seq = _past_the_cache(heads, d, dtype)
     extra = 4 if layout == "sliced" else 0                  # fused k, v heads after q
     if layout == "contiguous":
         fused = rng.standard_normal((1, heads, seq, d)).astype(dtype)
@@ -732,11 +739,8 @@ def test_interleaved_in_place_beyond_the_cache(rng, dtype, backward, rot, tables
     and 40), else the 16-byte ones (rot 36 in float32): every bit of the
     formula, forward and backward, with any tables, features past rot
     unchanged."""
-    llc = int(posemb._native._dispatch()["last_level_cache"].split()[0]) * 1024
-    if llc > 256 << 20:
-        pytest.skip(f"a {llc >> 20} MiB last-level cache: x would be too large here")
     heads, d = 8, 128
-    seq = llc // (heads * d * np.dtype(dtype).itemsize) + 64
+    _, seq = _past_the_cache(heads, d, dtype)
     x = rng.standard_normal((1, heads, seq, d)).astype(dtype)
     if tables == "random":
         cos, sin = (rng.standard_normal((seq, rot)).astype(dtype) for _ in range(2))

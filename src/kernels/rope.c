@@ -1886,9 +1886,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                  * heads sliced from a fused projection 0.94.  Half-split
                  * stays 16 bytes (contiguous: 2 threads free 0.94-1.11, 1
                  * thread 1.01-1.06). */
+                const int w32 = run_bytes % 32 == 0;   /* (index 1: 32 bytes) */
                 fast = rope_table.one[inter][back][f64]
-                                     [in_place && past_llc ? inter && run_bytes % 32 == 0 :
-                                      run_bytes % 64 == 0 ? 2 : run_bytes % 32 == 0];
+                                     [in_place && past_llc ? inter && w32
+                                      : run_bytes % 64 == 0 ? 2 : w32];
             }
             if (inter)
                 job.fn = fast;
