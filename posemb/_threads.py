@@ -144,6 +144,10 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     ``supported`` (the best this CPU and build run), the instruction set of
     the ``rope``, ``sinusoidal`` and ``learned`` kernels, and
     ``streaming_stores`` (the widest non-temporal stores used, or ``none``),
+    ``streaming_partial_lines`` (``yes`` where a probe, run once at first
+    use, found this CPU streams as fast into lines left partly written as
+    into whole ones; ``no (whole lines only)``: outputs not on 64-byte lines
+    take plain stores),
     ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).
@@ -162,7 +166,7 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     cfg["output_cache"] = f"{held >> 20} MiB held in {blocks} blocks, limit {limit >> 20} MiB"
     if print_:
         for key, value in cfg.items():
-            print(f"{key + ':':18}{value}")
+            print(f"{key + ':':25}{value}")
     return cfg
 
 

@@ -607,11 +607,25 @@ PYFN(_dispatch)
     snprintf(l2, sizeof l2, "%td KiB", pe_cache_l2_bytes() >> 10);
     snprintf(llc, sizeof llc, "%td KiB", pe_cache_llc_bytes() >> 10);
     return (void)args, Py_BuildValue(
-        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "level", pe_cpu_name(pe_cpu_level()),
+        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "level", pe_cpu_name(pe_cpu_level()),
         "supported", pe_cpu_name(pe_cpu_supported()), "rope", pe_family_isa(PE_FAMILY_ROPE),
         "sinusoidal", pe_family_isa(PE_FAMILY_SINUSOIDAL), "learned",
         pe_family_isa(PE_FAMILY_LEARNED), "streaming_stores", pe_family_isa(PE_FAMILY_STREAM),
-        "l2_cache", l2, "last_level_cache", llc);
+        "l2_cache", l2, "last_level_cache", llc, "streaming_partial_lines",
+        pe_cpu_partial_lines() ? "yes" : "no (whole lines only)");
+}
+
+/* _partial_lines(v) -> pe_cpu_partial_lines() after setting it to v (0 or
+ * 1; None: unchanged), for the tests of both store paths */
+PYFN(_partial_lines)
+{
+    PyObject *v;
+    PARSE("O:_partial_lines", &v);
+    if (v != Py_None && v != Py_False && v != Py_True) {
+        PyErr_SetString(PyExc_TypeError, "_partial_lines: v must be None or a bool");
+        return NULL;
+    }
+    return PyBool_FromLong(pe_cpu_set_partial_lines(v == Py_None ? -1 : v == Py_True));
 }
 
 /* ---- The output cache (runtime/memory.c's pe_out_cache) as a NumPy
@@ -728,6 +742,7 @@ static PyMethodDef METHODS[] = {
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> threads used"},
     {"_dispatch", py_dispatch, METH_NOARGS, "_dispatch() -> CPU level and ISA per family"},
     METHOD(_out_cache_empty, "(shape, dtype) -> a new array from the output cache"),
+    METHOD(_partial_lines, "(v) -> may streaming stores leave lines partly written; v None: unchanged"),
     METHOD(_out_cache, "(limit) -> (limit, bytes kept, blocks kept); limit None: unchanged"),
     {NULL, NULL, 0, NULL}};
 

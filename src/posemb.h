@@ -58,6 +58,13 @@ int pe_cpu_parse(const char *name);   /* the level named name, or -1 */
 enum { PE_FAMILY_ROPE, PE_FAMILY_SINUSOIDAL, PE_FAMILY_LEARNED, PE_FAMILY_STREAM,
        PE_FAMILIES };
 const char *pe_family_isa(int family);
+/* Does this CPU stream (non-temporal stores) as fast into lines left partly
+ * written while other lines are written, as into lines written whole?  See
+ * pe_memory_stream_ok.  Probed once, at the first call
+ * (pe_memory_probe_partial_lines); pe_cpu_set_partial_lines(0 or 1) sets
+ * the answer (for tests), -1 leaves it; both return it. */
+int pe_cpu_partial_lines(void);
+int pe_cpu_set_partial_lines(int v);
 
 /*
  * Limits, defined here once (the binding exports them to Python as
@@ -294,6 +301,24 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * allocator's header, so it is always in).  (runtime/memory.c)
  */
 int pe_memory_resident(const void *p);
+
+/*
+ * May a kernel stream into an output whose middle element is at mid?
+ * Where its page is in memory (pe_memory_resident), and either the kernel
+ * writes each line it streams whole before it leaves it (whole_lines: y and
+ * its steps on 64-byte lines, with each kernel's store order) or this CPU
+ * streams as fast into lines left partly written (pe_cpu_partial_lines).
+ * Measured, 1 thread, (1, 32, 16384, 128) float16 out of place: Zen 5 EPYC,
+ * y 16 bytes past a line, streaming 6.5-7.1 ms against plain stores 7.8-8.1;
+ * Zen 3 EPYC (AMD family 25), streaming 44-58 ms (y on a line, four heads'
+ * rows interleaved: 31 ms) against plain stores 12-15.  The probe: four rows
+ * of 256 bytes in turn, 16-byte streaming stores, at 16 bytes past a line
+ * against on a line (Zen 3: 24-37 against 9-11 ms for 128 MiB).
+ */
+int pe_memory_stream_ok(const void *mid, int whole_lines);
+/* The probe: 1 if streaming at 16 bytes past a line takes at most 1.3x the
+ * time on a line (1 where it cannot time, or without streaming stores). */
+int pe_memory_probe_partial_lines(void);
 
 /*
  * The output cache: where a large output array's memory goes when its

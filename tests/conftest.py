@@ -86,3 +86,16 @@ except ImportError:
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(params=[True, False], ids=["partial-lines", "whole-lines"])
+def partial_lines(request):
+    """Both answers of the runtime's streaming-store probe (may streaming
+    stores leave lines partly written?), whatever this CPU's is: with False,
+    outputs not on 64-byte lines (and the half-precision kernels' four
+    interleaved rows) take plain stores.  Restored afterwards."""
+    from posemb import _core
+    old = _core._partial_lines(None)
+    _core._partial_lines(request.param)
+    yield request.param
+    _core._partial_lines(old)

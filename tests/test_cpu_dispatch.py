@@ -103,3 +103,22 @@ def test_bits_do_not_depend_on_level():
                               timeout=120, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == b"".join(here), level
+
+
+def test_streaming_partial_lines_probe_and_setting():
+    """The runtime's streaming-store probe answers once per process, the
+    answer shows in show_config(), and _partial_lines sets it (for tests)
+    and rejects anything but None or a bool."""
+    from posemb import _core
+    old = _core._partial_lines(None)
+    assert isinstance(old, bool)
+    try:
+        for v in (True, False):
+            assert _core._partial_lines(v) is v
+            assert _core._partial_lines(None) is v
+            want = "yes" if v else "no (whole lines only)"
+            assert posemb.show_config(print_=False)["streaming_partial_lines"] == want
+        with pytest.raises(TypeError, match="bool"):
+            _core._partial_lines(1)
+    finally:
+        _core._partial_lines(old)

@@ -289,7 +289,7 @@ def _offset_view(shape, dtype, offset_items):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_forward_large_outputs_every_store_path(rng, dtype, threads):
+def test_forward_large_outputs_every_store_path(rng, dtype, threads, partial_lines):
     """Outputs of 4 MB and more take streaming stores when y is a separate, 16-byte
     aligned array with rows of whole 16-byte vectors, and the plain kernel
     otherwise (unaligned, odd widths, strided, gapped rows, in place): every way

@@ -661,7 +661,7 @@ def test_private_table_function_checks_arguments():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("variant", ["dup", "random", "partial", "unaligned"])
-def test_large_blocked_paths_equal_gufunc(rng, dtype, backward, variant):
+def test_large_blocked_paths_equal_gufunc(rng, dtype, backward, variant, partial_lines):
     """Large arrays, and with HF-style duplicated tables the half-table
     kernels (streaming stores when out-of-place): all give the formula's
     bits."""

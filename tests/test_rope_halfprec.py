@@ -265,7 +265,8 @@ def test_halfprec_tables_of_any_values_at_every_width(rng, dtype, interleaved, b
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120", "r40"])
 @pytest.mark.parametrize("offset", [0, 16, 2])
-def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, offset):
+def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, offset,
+                                                  partial_lines):
     """float16 and ml_dtypes bfloat16 beyond 4 MiB into a reused output (its
     pages in memory): streaming stores where out's rows lie on 16 bytes
     (offset 0, 16: NumPy's own arrays start 16 bytes past a line) and h is a

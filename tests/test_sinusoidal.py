@@ -396,7 +396,7 @@ def test_add_rows_transposed_grid(rng, dtype):
 
 @pytest.mark.parametrize("dtype, offset", [(np.float32, 0), (np.float32, 1), (np.float32, 3),
                                            (np.float64, 0), (np.float64, 1)])
-def test_add_rows_streaming_large_out(rng, dtype, offset):
+def test_add_rows_streaming_large_out(rng, dtype, offset, partial_lines):
     """An out-of-place output of >= 24 MiB takes the streaming-store path:
     rows whose start is not vector-aligned (offset elements into a buffer),
     an odd row length, and the same bits as NumPy's x + t."""

@@ -1812,15 +1812,17 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
-    /* y may take streaming stores: out of place, large, its pages in memory */
-#define MAY_STREAM() (!in_place && large &&                                     \
-                      pe_memory_resident(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h + \
-                                         g->S / 2 * g->y_s))
+    /* y may take streaming stores: out of place, large, and as
+     * pe_memory_stream_ok says (WHOLE: the kernel writes each line whole) */
+#define MAY_STREAM(WHOLE) (!in_place && large &&                                \
+                           pe_memory_stream_ok(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h + \
+                                               g->S / 2 * g->y_s, WHOLE))
     if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
-        Y_ALIGNED(16) && MAY_STREAM()) {
+        Y_ALIGNED(16) && MAY_STREAM(0)) {
         /* float16/bfloat16 with duplicated tables (job.dup: contiguous
          * vectors and tables) into y on 16 bytes (measured: see
-         * F16_STREAM) */
+         * F16_STREAM); never whole lines: they write two heads' rows, both
+         * halves, 16 bytes at a time */
         job.dup = rope_table.nt_half[type == 3][back];
         job.streaming = 1;
         job.prefetch = 0;
@@ -1857,7 +1859,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
              * AVX2 kernels 6.0-7.4 ms. */
             const ptrdiff_t nt = rope_table.nt_align;
             const int wide = run_bytes % nt == 0 && Y_ALIGNED(nt);
-            const int streaming = (wide || Y_ALIGNED(16)) && MAY_STREAM();
+            const int streaming = (wide || Y_ALIGNED(16)) && MAY_STREAM(Y_ALIGNED(64));
             pe_rope_fn fast;
             if (streaming) {
                 /* the kernels do not fence: rope_grid_task does, once */

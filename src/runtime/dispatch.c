@@ -9,6 +9,7 @@
  * build runs on every x86-64 CPU.  A build with -DPOSEMB_NO_CLONES has no
  * ISA-specific code at all and always runs at level "baseline".
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "posemb.h"
@@ -74,3 +75,26 @@ const char *pe_family_isa(int family)
 }
 
 int pe_cpu_level(void) { return cpu_level; }
+
+/* May streaming stores leave lines partly written (pe_memory_stream_ok)?
+ * -1: not yet probed.  Probed once, at the first call that asks; two
+ * threads asking at once both probe and store the same answer, and a
+ * forked child keeps its parent's. */
+static atomic_int partial_lines = -1;
+
+int pe_cpu_partial_lines(void)
+{
+    int v = atomic_load_explicit(&partial_lines, memory_order_relaxed);
+    if (v < 0) {
+        v = pe_memory_probe_partial_lines();
+        atomic_store_explicit(&partial_lines, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+int pe_cpu_set_partial_lines(int v)
+{
+    if (v >= 0)
+        atomic_store_explicit(&partial_lines, v != 0, memory_order_relaxed);
+    return pe_cpu_partial_lines();
+}

@@ -3,7 +3,8 @@
  * (non-temporal) stores into an output?  See pe_memory_resident in posemb.h:
  * only into pages already in memory (a reused out=), never into a fresh
  * allocation, whose pages the kernel zeroes on first touch, leaving them in
- * cache.  And the output cache (pe_out_cache in posemb.h), which keeps
+ * cache; and, on CPUs that pay for it (pe_memory_stream_ok), only where each
+ * line is written whole.  And the output cache (pe_out_cache in posemb.h), which keeps
  * freed large outputs for the next output of the same size.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -56,6 +57,53 @@ int pe_memory_resident(const void *p)
         return 1;
     return v & 1u;
 }
+
+#if defined(PE_X86_SIMD)
+#include <emmintrin.h>
+#include <time.h>
+
+static double seconds(void)
+{
+    struct timespec t;
+    return clock_gettime(CLOCK_MONOTONIC, &t) == 0 ? (double)t.tv_sec + 1e-9 * (double)t.tv_nsec
+                                                   : 0.0;
+}
+
+/* Four regions of `region` bytes written as the grouped walk writes rows of
+ * four heads: row k of each region in turn, 256 bytes in 16-byte streaming
+ * stores, starting `off` bytes past a line (off 16: each row's last line
+ * stays partly written until the region's next row). */
+static void probe_rows(char *y, size_t region, size_t off)
+{
+    const __m128i v = _mm_set1_epi32(0x3f800000);
+    for (size_t k = 0; k + 256 + 64 <= region; k += 256)
+        for (size_t r = 0; r < 4; r++)
+            for (size_t i = 0; i < 256; i += 16)
+                _mm_stream_si128((__m128i *)(void *)(y + r * region + k + off + i), v);
+    _mm_sfence();
+}
+
+int pe_memory_probe_partial_lines(void)
+{
+    const size_t region = (size_t)512 << 10;
+    double best[2] = {1e30, 1e30};
+    char *y = NULL;
+    if (posix_memalign((void **)&y, 64, 4 * region) != 0)
+        return 1;
+    memset(y, 0, 4 * region);   /* (its pages in memory first) */
+    for (int round = 0; round < 3; round++)
+        for (int p = 0; p < 2; p++) {
+            const double t0 = seconds();
+            probe_rows(y, region, p ? 16 : 0);
+            const double t = seconds() - t0;
+            best[p] = t < best[p] ? t : best[p];
+        }
+    free(y);
+    return best[1] <= 1.3 * best[0];
+}
+#else
+int pe_memory_probe_partial_lines(void) { return 1; }
+#endif
 #else
 int pe_memory_resident(const void *p)
 {
@@ -63,9 +111,16 @@ int pe_memory_resident(const void *p)
     return 1;
 }
 
+int pe_memory_probe_partial_lines(void) { return 1; }
+
 static void huge_pages(void *p, size_t n) { (void)p, (void)n; }
 static size_t physical_memory(void) { return 0; }
 #endif
+
+int pe_memory_stream_ok(const void *mid, int whole_lines)
+{
+    return pe_memory_resident(mid) && (whole_lines || pe_cpu_partial_lines());
+}
 
 /* a large block on a 64-byte line (malloc's large blocks start 16 bytes
  * past one): the kernels' streaming stores need whole aligned vectors (see
