@@ -832,3 +832,46 @@ def test_kernels_every_alignment(rng, dtype, backward, interleaved, heads):
             np.testing.assert_array_equal(out, want, err_msg=f"d={d} offset={offset}")
             np.testing.assert_array_equal(big[:16], 7.0)
             np.testing.assert_array_equal(big[16 + x.size:], 7.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("heads, d", [(3, 128), (5, 96)])
+@pytest.mark.parametrize("offset", [0, 4, 16, 48])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads):
+    """Where streaming stores may not leave lines partly written (the
+    runtime's probe said so: set here), a large out-of-place output that is
+    not on a 64-byte line is staged: each head's rows written to a buffer,
+    then y's whole lines streamed and the partial ones at the block ends
+    stored plainly.  Every offset within a line, head counts not a multiple
+    of the group, rows of 96 values, 1 and 2 threads: the formula's bits (a
+    float16 or bfloat16 result: the float32 formula rounded once), nothing
+    written outside out."""
+    from posemb import _core
+    if dtype == "bfloat16":
+        dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    else:
+        dt = np.dtype(dtype)
+    shape = (1, heads, (9 << 19) // (heads * d * dt.itemsize) | 1, d)   # 4.5 MiB of x, odd
+    x = rng.standard_normal(shape).astype(dt)
+    cos, sin = posemb.rope_cos_sin(np.arange(shape[2]), shape[3], dtype=dt)
+    buf = np.empty(x.nbytes + 256, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    out = buf[start:start + x.nbytes].view(dt).reshape(shape)
+    old_lines, old_threads = _core._partial_lines(None), posemb.get_num_threads()
+    try:
+        _core._partial_lines(False)
+        posemb.set_num_threads(threads)
+        for interleaved in (False, True):
+            if dt.itemsize == 2:
+                want = formula_bits(x.astype(np.float32), cos.astype(np.float32),
+                                    sin.astype(np.float32), interleaved).astype(dt)
+            else:
+                want = formula_bits(x, cos, sin, interleaved)
+            buf[:] = 0x55
+            assert posemb.apply_rope(x, cos, sin, interleaved=interleaved, out=out) is out
+            np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+            assert (buf[:start] == 0x55).all() and (buf[start + x.nbytes:] == 0x55).all()
+    finally:
+        _core._partial_lines(old_lines)
+        posemb.set_num_threads(old_threads)

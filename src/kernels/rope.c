@@ -1241,6 +1241,8 @@ typedef struct {
                           * blocks that use it, or NULL: no tile walk */
     ptrdiff_t tile;      /* positions per tile */
     int streaming;       /* fn uses streaming stores: fence once per task */
+    int stage;           /* grouped walk: y staged, streamed in whole lines
+                          * (stage_flush), fenced once per task */
     int pack;            /* grouped walk, dup kernel: pack each block's rows */
 } rope_grid_job;
 
@@ -1341,6 +1343,62 @@ static char *pack_tables(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_
     return buf;
 }
 
+/*
+ * The staged grouped walk (job->stage): out of place into a y whose lines a
+ * streaming kernel would leave partly written (rows 16 bytes past a line, as
+ * NumPy's large arrays start), on a CPU where that costs
+ * (pe_cpu_partial_lines).  The plain kernel writes STAGE_ROWS_BYTES of each
+ * head's rows at a time into a buffer in L1, at y's offset within a line;
+ * then each whole line of y they cover goes out in one run of streaming
+ * stores, the partial last line waits in the buffer for the next rows, and
+ * the lines the block shares with its neighbours (its first and last) are
+ * stored plainly.  Each head's rows must lie back to back in y and every
+ * head at the same offset within a line (y_s = d * itemsize, y_h on 64
+ * bytes: pe_rope_apply checks).
+ */
+#define STAGE_ROWS_BYTES 4096
+
+/* n bytes from src to dst, both on 64-byte lines: streaming stores, line
+ * by line (in order, each line whole) */
+static void stream_lines(char *dst, const char *src, ptrdiff_t n)
+{
+#if defined(PE_X86_SIMD)
+    for (ptrdiff_t i = 0; i < n; i += 64)
+        for (ptrdiff_t j = 0; j < 64; j += 16)
+            _mm_stream_si128((__m128i *)(void *)(dst + i + j),
+                             _mm_load_si128((const __m128i *)(const void *)(src + i + j)));
+#else
+    memcpy(dst, src, (size_t)n);
+#endif
+}
+
+/* Flush a staging buffer: buf holds y's bytes from offset bo on (bo on a
+ * line of y, buf on a line) to eo, of which [fo, eo) are this block's and
+ * not yet stored (offsets from y, the block's first byte: bo may be
+ * negative, y itself is 0).  Whole lines go out streamed, a partial first
+ * line plainly; a partial last line (< 64 bytes) moves to buf's start, its
+ * new base, unless last (the block's end): then it is stored plainly too.
+ * Returns the new base offset (bo where no line was done). */
+static ptrdiff_t stage_flush(char *buf, char *y, ptrdiff_t bo, ptrdiff_t fo, ptrdiff_t eo,
+                             int last)
+{
+    const ptrdiff_t first = bo + (fo - bo + 63) / 64 * 64;   /* fo's line end */
+    const ptrdiff_t stop = bo + (eo - bo) / 64 * 64;         /* eo's line start */
+    if (first > stop) {          /* fo and eo within one line */
+        if (last)
+            memcpy(y + fo, buf + (fo - bo), (size_t)(eo - fo));
+        return bo;               /* (nothing moves: the line is not done) */
+    }
+    if (fo < first)
+        memcpy(y + fo, buf + (fo - bo), (size_t)(first - fo));
+    stream_lines(y + first, buf + (first - bo), stop - first);
+    if (last)
+        memcpy(y + stop, buf + (stop - bo), (size_t)(eo - stop));
+    else
+        memmove(buf, buf + (stop - bo), (size_t)(eo - stop));
+    return stop;
+}
+
 /* items are (b, block) pairs; each runs every head over the block */
 static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 {
@@ -1359,6 +1417,15 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                          ? malloc((size_t)(2 * job->rows * hb + 64)) : NULL;
     char *pack_buf = pack_mem == NULL ? NULL
                      : (char *)pack_mem + (64 - (uintptr_t)pack_mem % 64) % 64;
+    /* the staged walk's buffer: per head of a group, STAGE_ROWS_BYTES of
+     * rows (at least one), a line before them and a line of slack */
+    const ptrdiff_t rb = g->d * job->itemsize;
+    const ptrdiff_t stage_rows = rb > 0 && STAGE_ROWS_BYTES / rb > 1 ? STAGE_ROWS_BYTES / rb : 1;
+    const ptrdiff_t stage_step = (stage_rows * rb + 63) / 64 * 64 + 128;
+    void *stage_mem = job->stage && grouped && job->tiled == NULL && rb > 0
+                          ? malloc((size_t)(job->head_group * stage_step + 64)) : NULL;
+    char *stage_buf = stage_mem == NULL ? NULL
+                      : (char *)stage_mem + (64 - (uintptr_t)stage_mem % 64) % 64;
     for (ptrdiff_t t = begin; t < end; t++) {
         const ptrdiff_t b = t / job->blocks;
         const ptrdiff_t s0 = (t % job->blocks) * job->rows;
@@ -1478,6 +1545,34 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             L.sin_step = 0;
             for (ptrdiff_t h0 = 0; h0 < g->H; h0 += G) {
                 L.n = g->H - h0 < G ? g->H - h0 : G;
+                if (stage_buf != NULL) {
+                    /* (see STAGE_ROWS_BYTES) head h0's rows of the block
+                     * from y0, offsets from there; the other heads' lie
+                     * q * y_h on, their buffers q * stage_step */
+                    char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
+                    ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
+                    L.y_step = stage_step;
+                    for (ptrdiff_t k0 = 0; k0 < rows; k0 += stage_rows) {
+                        const ptrdiff_t k1 = rows - k0 < stage_rows ? rows : k0 + stage_rows;
+                        ptrdiff_t nb = bo;
+                        for (ptrdiff_t k = k0; k < k1; k++) {
+                            L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
+                            L.y = stage_buf + (k * rb - bo);
+                            if (job->ahead > 0 && k + job->ahead < rows)
+                                for (ptrdiff_t q = 0; q < L.n; q++)
+                                    pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
+                            L.cos = cos0 + k * cos_s;
+                            L.sin = sin0 + k * sin_s;
+                            fn(&L);
+                        }
+                        for (ptrdiff_t q = 0; q < L.n; q++)
+                            nb = stage_flush(stage_buf + q * stage_step, y0 + q * g->y_h, bo, fo,
+                                             k1 * rb, k1 == rows);
+                        fo = fo > nb ? fo : nb;
+                        bo = nb;
+                    }
+                    continue;
+                }
                 for (ptrdiff_t k = 0; k < rows; k++) {
                     L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
                     L.y = g->y + b * g->y_b + h0 * g->y_h + (s0 + k) * g->y_s;
@@ -1557,10 +1652,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         }
     }
 #if defined(PE_X86_SIMD)
-    if (job->streaming)
+    if (job->streaming || stage_buf != NULL)
         _mm_sfence();   /* order the streaming stores before the task ends */
 #endif
     free(pack_mem);
+    free(stage_mem);
 }
 
 /*
@@ -1789,7 +1885,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -1817,7 +1913,16 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
 #define MAY_STREAM(WHOLE) (!in_place && large &&                                \
                            pe_memory_stream_ok(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h + \
                                                g->S / 2 * g->y_s, WHOLE))
-    if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
+    /* or staged (see STAGE_ROWS_BYTES) where only the partial lines keep y
+     * from streaming: each head's rows back to back, heads on lines */
+#define MAY_STAGE() (g->y_inner == itemsize && g->y_s == g->d * itemsize && \
+                     ALIGNED(g->y_h, 64) && !in_place && large &&                \
+                     !pe_cpu_partial_lines() && MAY_STREAM(1))
+    if ((type == 0 || type == 3) && job.dup != NULL && MAY_STAGE()) {
+        job.stage = 1;        /* (the plain dup kernel: not two heads' rows
+                               * streamed 16 bytes at a time) */
+        job.prefetch = 0;
+    } else if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
         Y_ALIGNED(16) && MAY_STREAM(0)) {
         /* float16/bfloat16 with duplicated tables (job.dup: contiguous
          * vectors and tables) into y on 16 bytes (measured: see
@@ -1861,6 +1966,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
             const int wide = run_bytes % nt == 0 && Y_ALIGNED(nt);
             const int streaming = (wide || Y_ALIGNED(16)) && MAY_STREAM(Y_ALIGNED(64));
             pe_rope_fn fast;
+            job.stage = !streaming && MAY_STAGE();
             if (streaming) {
                 /* the kernels do not fence: rope_grid_task does, once */
                 fast = rope_table.nt[inter][back][f64][wide];
@@ -1917,9 +2023,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * ((1, 32, 8192, 128) any tables 6.2-6.5 -> 6.0-6.2 ms, duplicated
          * tables 3.7 -> 3.7-3.9 ms, new arrays (1, 32, 16384, 128) 8.0-8.2
          * -> 8.4 ms). */
-        if ((in_place || job.streaming || type == 3) && large)
+        if ((in_place || job.streaming || job.stage || type == 3) && large)
             job.ahead = 4;
     }
+#undef MAY_STAGE
 #undef MAY_STREAM
 #undef Y_ALIGNED
     job.pack = large && job.dup != NULL;   /* (see the grouped walk) */
@@ -1928,7 +2035,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * (and y, out of place) fit in a quarter of the last-level cache and y
      * is not streamed: tiles of table rows (cos and sin) filling a third
      * of L1 */
-    if (job.tiled != NULL && !job.streaming && g->B * g->H * g->S <= llc_vectors / 4) {
+    if (job.tiled != NULL && !job.streaming && !job.stage &&
+        g->B * g->H * g->S <= llc_vectors / 4) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
     } else {

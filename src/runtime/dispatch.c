@@ -9,10 +9,20 @@
  * build runs on every x86-64 CPU.  A build with -DPOSEMB_NO_CLONES has no
  * ISA-specific code at all and always runs at level "baseline".
  */
-#include <stdatomic.h>
 #include <string.h>
 
 #include "posemb.h"
+
+#if defined(PE_X86_SIMD)   /* (GCC or Clang: the builds whose probe times) */
+#include <stdatomic.h>
+#define PARTIAL_INT atomic_int
+#define PARTIAL_LOAD(p) atomic_load_explicit(p, memory_order_relaxed)
+#define PARTIAL_STORE(p, v) atomic_store_explicit(p, v, memory_order_relaxed)
+#else                      /* (elsewhere the probe answers 1 at once) */
+#define PARTIAL_INT int
+#define PARTIAL_LOAD(p) (*(p))
+#define PARTIAL_STORE(p, v) (*(p) = (v))
+#endif
 
 static const char *const level_names[PE_CPU_LEVELS] = {"baseline", "sse2", "avx2",
                                                        "avx512", "avx512bf16"};
@@ -80,14 +90,14 @@ int pe_cpu_level(void) { return cpu_level; }
  * -1: not yet probed.  Probed once, at the first call that asks; two
  * threads asking at once both probe and store the same answer, and a
  * forked child keeps its parent's. */
-static atomic_int partial_lines = -1;
+static PARTIAL_INT partial_lines = -1;
 
 int pe_cpu_partial_lines(void)
 {
-    int v = atomic_load_explicit(&partial_lines, memory_order_relaxed);
+    int v = PARTIAL_LOAD(&partial_lines);
     if (v < 0) {
         v = pe_memory_probe_partial_lines();
-        atomic_store_explicit(&partial_lines, v, memory_order_relaxed);
+        PARTIAL_STORE(&partial_lines, v);
     }
     return v;
 }
@@ -95,6 +105,6 @@ int pe_cpu_partial_lines(void)
 int pe_cpu_set_partial_lines(int v)
 {
     if (v >= 0)
-        atomic_store_explicit(&partial_lines, v != 0, memory_order_relaxed);
+        PARTIAL_STORE(&partial_lines, v != 0);
     return pe_cpu_partial_lines();
 }
