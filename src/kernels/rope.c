@@ -1540,48 +1540,34 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             const ptrdiff_t cos_s = packed != NULL ? 2 * hb : g->cos_s;
             const ptrdiff_t sin_s = packed != NULL ? 2 * hb : g->sin_s;
             L.x_step = g->x_h;
-            L.y_step = g->y_h;
+            L.y_step = stage_buf != NULL ? stage_step : g->y_h;
             L.cos_step = 0;
             L.sin_step = 0;
             for (ptrdiff_t h0 = 0; h0 < g->H; h0 += G) {
+                /* head h0's rows of the block from y0; staged (see
+                 * STAGE_ROWS_BYTES), at offsets from y0 in the buffer from
+                 * bo on, [fo, ...) not yet stored, the other heads' rows
+                 * q * y_h on and their buffers q * stage_step */
+                char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
+                ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
                 L.n = g->H - h0 < G ? g->H - h0 : G;
-                if (stage_buf != NULL) {
-                    /* (see STAGE_ROWS_BYTES) head h0's rows of the block
-                     * from y0, offsets from there; the other heads' lie
-                     * q * y_h on, their buffers q * stage_step */
-                    char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
-                    ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
-                    L.y_step = stage_step;
-                    for (ptrdiff_t k0 = 0; k0 < rows; k0 += stage_rows) {
-                        const ptrdiff_t k1 = rows - k0 < stage_rows ? rows : k0 + stage_rows;
-                        ptrdiff_t nb = bo;
-                        for (ptrdiff_t k = k0; k < k1; k++) {
-                            L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
-                            L.y = stage_buf + (k * rb - bo);
-                            if (job->ahead > 0 && k + job->ahead < rows)
-                                for (ptrdiff_t q = 0; q < L.n; q++)
-                                    pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
-                            L.cos = cos0 + k * cos_s;
-                            L.sin = sin0 + k * sin_s;
-                            fn(&L);
-                        }
-                        for (ptrdiff_t q = 0; q < L.n; q++)
-                            nb = stage_flush(stage_buf + q * stage_step, y0 + q * g->y_h, bo, fo,
-                                             k1 * rb, k1 == rows);
-                        fo = fo > nb ? fo : nb;
-                        bo = nb;
-                    }
-                    continue;
-                }
                 for (ptrdiff_t k = 0; k < rows; k++) {
                     L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
-                    L.y = g->y + b * g->y_b + h0 * g->y_h + (s0 + k) * g->y_s;
+                    L.y = stage_buf != NULL ? stage_buf + (k * rb - bo) : y0 + k * g->y_s;
                     if (job->ahead > 0 && k + job->ahead < rows)
                         for (ptrdiff_t q = 0; q < L.n; q++)
                             pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
                     fn(&L);
+                    if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
+                        ptrdiff_t nb = bo;
+                        for (ptrdiff_t q = 0; q < L.n; q++)
+                            nb = stage_flush(stage_buf + q * stage_step, y0 + q * g->y_h, bo, fo,
+                                             (k + 1) * rb, k + 1 == rows);
+                        fo = fo > nb ? fo : nb;
+                        bo = nb;
+                    }
                 }
             }
             continue;
