@@ -146,8 +146,9 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     ``streaming_stores`` (the widest non-temporal stores used, or ``none``),
     ``streaming_partial_lines`` (``yes`` where a probe, run once at first
     use, found this CPU streams as fast into lines left partly written as
-    into whole ones; ``no (whole lines only)``: outputs not on 64-byte lines
-    take plain stores),
+    into whole ones; ``no (whole lines only)``: large outputs not on
+    64-byte lines take plain stores, or for RoPE are written in L1 first and
+    streamed in whole lines),
     ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).

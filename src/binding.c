@@ -742,7 +742,8 @@ static PyMethodDef METHODS[] = {
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> threads used"},
     {"_dispatch", py_dispatch, METH_NOARGS, "_dispatch() -> CPU level and ISA per family"},
     METHOD(_out_cache_empty, "(shape, dtype) -> a new array from the output cache"),
-    METHOD(_partial_lines, "(v) -> may streaming stores leave lines partly written; v None: unchanged"),
+    METHOD(_partial_lines,
+           "(v) -> may streaming stores leave lines partly written; v None: unchanged"),
     METHOD(_out_cache, "(limit) -> (limit, bytes kept, blocks kept); limit None: unchanged"),
     {NULL, NULL, 0, NULL}};
 

@@ -92,8 +92,9 @@ def rng():
 def partial_lines(request):
     """Both answers of the runtime's streaming-store probe (may streaming
     stores leave lines partly written?), whatever this CPU's is: with False,
-    outputs not on 64-byte lines (and the half-precision kernels' four
-    interleaved rows) take plain stores.  Restored afterwards."""
+    outputs not on 64-byte lines take plain stores (RoPE: staged, then
+    streamed in whole lines), and the half-precision kernels that stream two
+    heads' rows at once are not used.  Restored afterwards."""
     from posemb import _core
     old = _core._partial_lines(None)
     _core._partial_lines(request.param)

@@ -4,8 +4,8 @@
  * only into pages already in memory (a reused out=), never into a fresh
  * allocation, whose pages the kernel zeroes on first touch, leaving them in
  * cache; and, on CPUs that pay for it (pe_memory_stream_ok), only where each
- * line is written whole.  And the output cache (pe_out_cache in posemb.h), which keeps
- * freed large outputs for the next output of the same size.
+ * line is written whole.  And the output cache (pe_out_cache in posemb.h),
+ * which keeps freed large outputs for the next output of the same size.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1   /* mincore, posix_memalign */
