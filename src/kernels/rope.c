@@ -1354,7 +1354,8 @@ static char *pack_tables(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_
  * the lines the block shares with its neighbours (its first and last) are
  * stored plainly.  Each head's rows must lie back to back in y and every
  * head at the same offset within a line (y_s = d * itemsize, y_h on 64
- * bytes: pe_rope_apply checks).
+ * bytes), and rows be shorter than ROPE_GROUP_BYTES (heads walked in
+ * groups, and at least two rows per flush): pe_rope_apply checks.
  */
 #define STAGE_ROWS_BYTES 4096
 
@@ -1418,11 +1419,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
     char *pack_buf = pack_mem == NULL ? NULL
                      : (char *)pack_mem + (64 - (uintptr_t)pack_mem % 64) % 64;
     /* the staged walk's buffer: per head of a group, STAGE_ROWS_BYTES of
-     * rows (at least one), a line before them and a line of slack */
+     * rows, a line before them and a line of slack */
     const ptrdiff_t rb = g->d * job->itemsize;
-    const ptrdiff_t stage_rows = rb > 0 && STAGE_ROWS_BYTES / rb > 1 ? STAGE_ROWS_BYTES / rb : 1;
+    const ptrdiff_t stage_rows = job->stage ? STAGE_ROWS_BYTES / rb : 0;
     const ptrdiff_t stage_step = (stage_rows * rb + 63) / 64 * 64 + 128;
-    void *stage_mem = job->stage && grouped && job->tiled == NULL && rb > 0
+    void *stage_mem = job->stage && grouped && job->tiled == NULL
                           ? malloc((size_t)(job->head_group * stage_step + 64)) : NULL;
     char *stage_buf = stage_mem == NULL ? NULL
                       : (char *)stage_mem + (64 - (uintptr_t)stage_mem % 64) % 64;
@@ -1902,12 +1903,11 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     /* or staged (see STAGE_ROWS_BYTES) where only the partial lines keep y
      * from streaming: each head's rows back to back, heads on lines */
 #define MAY_STAGE() (g->y_inner == itemsize && g->y_s == g->d * itemsize && \
-                     ALIGNED(g->y_h, 64) && !in_place && large &&                \
-                     !pe_cpu_partial_lines() && MAY_STREAM(1))
+                     g->d * itemsize < ROPE_GROUP_BYTES && ALIGNED(g->y_h, 64) &&   \
+                     !in_place && large && !pe_cpu_partial_lines() && MAY_STREAM(1))
     if ((type == 0 || type == 3) && job.dup != NULL && MAY_STAGE()) {
         job.stage = 1;        /* (the plain dup kernel: not two heads' rows
                                * streamed 16 bytes at a time) */
-        job.prefetch = 0;
     } else if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
         Y_ALIGNED(16) && MAY_STREAM(0)) {
         /* float16/bfloat16 with duplicated tables (job.dup: contiguous
