@@ -311,9 +311,10 @@ int pe_memory_resident(const void *p);
  * Measured, 1 thread, (1, 32, 16384, 128) float16 out of place: Zen 5 EPYC,
  * y 16 bytes past a line, streaming 6.5-7.1 ms against plain stores 7.8-8.1;
  * Zen 3 EPYC (AMD family 25), streaming 44-58 ms (y on a line, four heads'
- * rows interleaved: 31 ms) against plain stores 12-15.  The probe: four rows
- * of 256 bytes in turn, 16-byte streaming stores, at 16 bytes past a line
- * against on a line (Zen 3: 24-37 against 9-11 ms for 128 MiB).
+ * rows interleaved: 31 ms) against plain stores 12-15.  The probe: eight
+ * rows of 256 bytes in turn, 16-byte streaming stores, at 16 bytes past a
+ * line against on a line, the lines flushed from the caches first (Zen 3,
+ * four rows: 24-37 against 9-11 ms for 128 MiB).
  */
 int pe_memory_stream_ok(const void *mid, int whole_lines);
 /* The probe: 1 if streaming at 16 bytes past a line takes at most 1.3x the
