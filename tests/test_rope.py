@@ -701,7 +701,7 @@ def test_beyond_the_last_level_cache(rng, dtype, interleaved, layout):
     """Arrays larger than the last-level cache (read at run time): (b, s, h,
     d) memory (HF's transposed q, heads sliced from a fused projection)
     runs one head per kernel call, each head's next row prefetched, and in
-    place every layout takes the 16-byte kernels (interleaved: 32-byte).
+    place every layout takes the 32-byte kernels (where rows allow).
     In place, into a new array and into an out= one element off alignment:
     all the formula's bits, nothing written past out."""
     heads, d = 8, 128

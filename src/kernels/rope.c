@@ -1959,9 +1959,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                 job.streaming = 1;
                 job.prefetch = 0;                      /* (measured: no gain) */
             } else {
-                /* in place beyond the last-level cache, the 16-byte kernels:
-                 * measured, 1 thread, Zen 5 EPYC, against the widest
-                 * (AVX-512), 3 alternating runs each: (1, 32, 8192, 128)
+                /* in place beyond the last-level cache, not the widest:
+                 * measured, 1 thread, Zen 5 EPYC, the 16-byte kernels
+                 * against the widest (AVX-512), 3 alternating runs each:
+                 * (1, 32, 8192, 128)
                  * float32 half-split in place 5.5-5.8 -> 4.7-4.9 ms (an
                  * in-place scale 4.3-4.5), float64 (1, 32, 4096, 128)
                  * 6.9-7.9 -> 6.0-6.2 ms, HF's transposed q 4.8-4.9 -> 4.6-4.8
@@ -1978,11 +1979,17 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                  * 0.94-0.97 and 0.91-0.98; 2 threads, the second core
                  * busy, even; HF's transposed q (1 thread) 0.82-0.84,
                  * heads sliced from a fused projection 0.94.  Half-split
-                 * stays 16 bytes (contiguous: 2 threads free 0.94-1.11, 1
-                 * thread 1.01-1.06). */
+                 * there: contiguous, 2 threads free 0.94-1.11, 1 thread
+                 * 1.01-1.06.  On a Zen 3 EPYC VM (AVX2, 512 KiB L2), 1
+                 * thread, 9 interleaved rounds, the 16-byte kernels
+                 * against the 32-byte ones: float32 half-split 12.3 against
+                 * 9.7 ms (an in-place scale 9.1-9.4), float64 12.3 against
+                 * 10.7, interleaved 13.9 against 11.3, HF's transposed q
+                 * 13.2 against 11.1; 2 threads even (7.3-8.2 ms).  So the
+                 * 32-byte kernels, where rows allow, for both layouts. */
                 const int w32 = run_bytes % 32 == 0;   /* (index 1: 32 bytes) */
                 fast = rope_table.one[inter][back][f64]
-                                     [in_place && past_llc ? inter && w32
+                                     [in_place && past_llc ? w32
                                       : run_bytes % 64 == 0 ? 2 : w32];
             }
             if (inter)
