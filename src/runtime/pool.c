@@ -157,10 +157,14 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
  * follows within this time starts without a condvar wake-up, which on a VM
  * can take longer than a job of a few MiB.  Measured, 2-vCPU Zen 3 EPYC
  * VM, in-place RoPE (1, 32, s, 128) float32 called in a loop, 2 threads
- * over 1 (medians of 15 interleaved rounds): 20000 polls (about 20 us)
- * gave 0.91-1.34x at 4 MiB and 0.96-1.05x at 3 MiB (the worker asleep, so
- * the caller did nearly all the work); 50, 100 and 200 us gave 1.53-1.73x
- * at 4 MiB and 1.38-1.72x at 6 MiB.  GNU OpenMP's default spins longer.
+ * over 1 (medians of 15 interleaved rounds): 20000 polls (the rule
+ * before) or 20 us gave 0.79-1.34x at 4 MiB and 0.79-1.08x at 3 MiB (the
+ * worker asleep: the caller did most of the work, the process's CPU time
+ * little above the wall time); 50, 100 and 200 us gave 1.53-1.73x at 4 MiB
+ * and 1.38-1.72x at 6 MiB.  (GNU OpenMP's default, with neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, is 300,000 polls.)  A spinning
+ * worker polls one line in its own cache, but holds its CPU for up to
+ * this long after each job.
  */
 #define PE_SPIN_SECONDS 100e-6
 
