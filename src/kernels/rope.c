@@ -1992,11 +1992,11 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                 /* in place beyond the last-level cache, not the widest:
                  * measured, 1 thread, Zen 5 EPYC, the 16-byte kernels
                  * against the widest (AVX-512), 3 alternating runs each:
-                 * (1, 32, 8192, 128)
-                 * float32 half-split in place 5.5-5.8 -> 4.7-4.9 ms (an
-                 * in-place scale 4.3-4.5), float64 (1, 32, 4096, 128)
-                 * 6.9-7.9 -> 6.0-6.2 ms, HF's transposed q 4.8-4.9 -> 4.6-4.8
-                 * ms, interleaved alike (5.0 ms); at 2 threads no slower.
+                 * (1, 32, 8192, 128) float32 half-split in place 5.5-5.8
+                 * -> 4.7-4.9 ms (an in-place scale 4.3-4.5), float64 (1,
+                 * 32, 4096, 128) 6.9-7.9 -> 6.0-6.2 ms, HF's transposed q
+                 * 4.8-4.9 -> 4.6-4.8 ms, interleaved alike (5.0 ms); at 2
+                 * threads no slower.
                  * Longer prefetch distances did not close the gap; in cache
                  * the 16-byte kernels are 30% slower ((1, 32, 512, 128) 157
                  * against 206 us).  Interleaved, the 32-byte kernels where
