@@ -843,7 +843,9 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
     runtime's probe said so: set here), a large out-of-place output that is
     not on a 64-byte line is staged: each head's rows written to a buffer,
     then y's whole lines streamed and the partial ones at the block ends
-    stored plainly.  Every offset within a line, head counts not a multiple
+    stored plainly (float32 and float64 half-split at 16 bytes past a
+    line: realigned in registers instead, each head's last 16 bytes carried
+    to its next row).  Every offset within a line, head counts not a multiple
     of the group, rows of 96 values, 1 and 2 threads: the formula's bits (a
     float16 or bfloat16 result: the float32 formula rounded once), nothing
     written outside out."""
