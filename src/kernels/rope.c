@@ -544,10 +544,11 @@ DEFINE_ROPE_X86_ALL(back)
  * head's part of a
  * block, whose first line it shares with the block before: its first 48
  * bytes are stored plainly.  last: it ends the part: the carried 16 bytes
- * are stored plainly.  Measured, Zen 3 EPYC VM, 1 thread, (1, 32, 8192,
- * 128) float32 into y 16 bytes past a line, a first version without the
- * plain edges, against the staged walk (9 interleaved rounds, 2 runs):
- * 15.3 / 16.0 against 18.8 / 20.3 ms (y on a line, straight: 13.7 / 14.2).
+ * are stored plainly.  Measured, Zen 3 EPYC VM, 1 thread, (1, 32, S,
+ * 128) of 128 MiB, medians of 9 interleaved rounds, against the staged
+ * walk into y 48 bytes past a line in the same process (3 runs): float32
+ * 0.71-0.93 of its time (1.08-1.25x the straight kernel into y on a
+ * line), float64 0.95-0.97; 2 threads (2 runs) 0.83-0.96.
  */
 #define DEFINE_ROPE_REALIGN(DIR, SUF, T, V, S, W)                             \
 __attribute__((target("avx2")))                                               \
