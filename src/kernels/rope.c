@@ -541,10 +541,10 @@ DEFINE_ROPE_X86_ALL(back)
  * come in address order half by half, fill each line by two consecutive
  * stores, and the row's last 16 bytes go, in carry, to the head's next
  * row (the grouped walk, rope_grid_task).  first: the row starts the
- * head's part of a
- * block, whose first line it shares with the block before: its first 48
- * bytes are stored plainly.  last: it ends the part: the carried 16 bytes
- * are stored plainly.  Measured, Zen 3 EPYC VM, 1 thread, (1, 32, S,
+ * head's part of a block, whose first line it shares with the block
+ * before: its first 48 bytes are stored plainly.  last: it ends the part:
+ * the carried 16 bytes are stored plainly.  (LO_EXPR/HI_EXPR: the steps of
+ * the streaming kernels' passes.)  Measured, Zen 3 EPYC VM, 1 thread, (1, 32, S,
  * 128) of 128 MiB, medians of 9 interleaved rounds, against the staged
  * walk into y 48 bytes past a line in the same process (3 runs): float32
  * 0.71-0.93 of its time (1.08-1.25x the straight kernel into y on a
@@ -564,11 +564,7 @@ static void rope_realign_##DIR##_##SUF(const char *xb, char *yb, const char *cb,
     ptrdiff_t j = 0;                                                          \
     for (int half = 0; half < 2; half++)                                      \
         for (ptrdiff_t i = 0; i < h; i += W, j += W) {                        \
-            const V xa = _mm256_loadu_##S(x + i);                             \
-            const V xb2 = _mm256_loadu_##S(x + i + h);                        \
-            const V cv = _mm256_loadu_##S(c + i), sv = _mm256_loadu_##S(s + i); \
-            const V v = half ? VHI(_mm256, S, DIR, xa, xb2, cv, sv)           \
-                             : VLO(_mm256, S, DIR, xa, xb2, cv, sv);          \
+            const V v = half ? HI_EXPR(_mm256, S, DIR) : LO_EXPR(_mm256, S, DIR); \
             if (!first || j >= 2 * W)                                         \
                 _mm256_stream_##S(ya + j, _mm256_permute2f128_##S(prev, v, 0x21)); \
             else if (j == 0)                                                  \
@@ -1642,22 +1638,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                 char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
                 ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
                 L.n = g->H - h0 < G ? g->H - h0 : G;
-                if (job->realign != NULL && fn == job->dup) {
-                    /* y 16 bytes past a line, realigned in registers
-                     * (rope_realign_fwd_f32) instead of staged */
-                    _Alignas(32) char carry[4 * 32] = {0};
-                    for (ptrdiff_t k = 0; k < rows; k++) {
-                        const char *const x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
-                        if (job->ahead > 0 && k + job->ahead < rows)
-                            for (ptrdiff_t q = 0; q < L.n; q++)
-                                pe_prefetch(x + q * g->x_h + job->ahead * g->x_s, row);
-                        for (ptrdiff_t q = 0; q < L.n; q++)
-                            job->realign(x + q * g->x_h, y0 + q * g->y_h + k * rb,
-                                         cos0 + k * cos_s, sin0 + k * sin_s, g->r / 2,
-                                         carry + 32 * q, k == 0, k + 1 == rows);
-                    }
-                    continue;
-                }
+                /* y 16 bytes past a line, realigned in registers
+                 * (rope_realign_fwd_f32) instead of staged: each head's
+                 * carry */
+                const int realign = job->realign != NULL && fn == job->dup;
+                _Alignas(32) char carry[4 * 32] = {0};
                 for (ptrdiff_t k = 0; k < rows; k++) {
                     L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
                     L.y = stage_buf != NULL ? stage_buf + (k * rb - bo) : y0 + k * g->y_s;
@@ -1666,6 +1651,12 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                             pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
+                    if (realign) {
+                        for (ptrdiff_t q = 0; q < L.n; q++)
+                            job->realign(L.x + q * g->x_h, y0 + q * g->y_h + k * rb, L.cos,
+                                         L.sin, g->r / 2, carry + 32 * q, k == 0, k + 1 == rows);
+                        continue;
+                    }
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
                         ptrdiff_t nb = bo;
@@ -2073,7 +2064,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
              * not staged (rope_realign_fwd_f32) */
             if (job.stage && !inter && rope_table.realign[f64][back] != NULL &&
                 g->r == g->d && h * itemsize % 32 == 0 && (uintptr_t)g->y % 64 == 16 &&
-                ALIGNED(g->y_b, 64) && g->y_s % 64 == 0)
+                ALIGNED(g->y_b, 64))   /* (y_s = 2 h itemsize: whole lines) */
                 job.realign = rope_table.realign[f64][back];
             if (streaming) {
                 /* the kernels do not fence: rope_grid_task does, once */

@@ -168,36 +168,19 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
  */
 #define PE_SPIN_SECONDS 100e-6
 
-/* one poll of a spin: the CPU's pause hint where there is one */
-static void spin_pause(void)
+/* Poll *polls of a spin that ends at `until` (now_seconds() +
+ * PE_SPIN_SECONDS when it began): 0 once that time has passed (the clock
+ * read every 32nd poll), else 1 after the CPU's pause hint. */
+static int spin_on(unsigned *polls, double until)
 {
+    if (++*polls % 32 == 0 && now_seconds() > until)
+        return 0;
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     __builtin_ia32_pause();
 #elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
     __asm__ __volatile__("yield");
 #endif
-}
-
-/* spin while *v == value, for at most PE_SPIN_SECONDS */
-static void spin_while_equal(atomic_ulong *v, unsigned long value)
-{
-    const double until = now_seconds() + PE_SPIN_SECONDS;
-    for (unsigned k = 1; atomic_load(v) == value; k++) {
-        if (k % 32 == 0 && now_seconds() > until)
-            return;
-        spin_pause();
-    }
-}
-
-/* spin while *v > 0, for at most PE_SPIN_SECONDS */
-static void spin_while_positive(atomic_int *v)
-{
-    const double until = now_seconds() + PE_SPIN_SECONDS;
-    for (unsigned k = 1; atomic_load(v) > 0; k++) {
-        if (k % 32 == 0 && now_seconds() > until)
-            return;
-        spin_pause();
-    }
+    return 1;
 }
 
 #define PE_MAX_THREADS 64
@@ -348,7 +331,12 @@ static void *worker_main(void *arg)
         ptrdiff_t base, n, chunks;
         int join;
         /* spin a little, then sleep until the next job is published */
-        spin_while_equal(&generation, seen);
+        {
+            const double until = now_seconds() + PE_SPIN_SECONDS;
+            unsigned polls = 0;
+            while (atomic_load(&generation) == seen && spin_on(&polls, until))
+                ;
+        }
         pthread_mutex_lock(&state_mx);
         while (atomic_load(&generation) == seen)
             pthread_cond_wait(&work_cv, &state_mx);
@@ -502,7 +490,12 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
         pthread_mutex_lock(&state_mx);
         job_open = 0;
         pthread_mutex_unlock(&state_mx);
-        spin_while_positive(&active);
+        {
+            const double until = now_seconds() + PE_SPIN_SECONDS;
+            unsigned polls = 0;
+            while (atomic_load(&active) > 0 && spin_on(&polls, until))
+                ;
+        }
         pthread_mutex_lock(&state_mx);
         while (atomic_load(&active) > 0)
             pthread_cond_wait(&done_cv, &state_mx);
