@@ -843,10 +843,11 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
     runtime's probe said so: set here), a large out-of-place output that is
     not on a 64-byte line is staged: each head's rows written to a buffer,
     then y's whole lines streamed and the partial ones at the block ends
-    stored plainly (float32 and float64 half-split at 16 bytes past a
-    line: realigned in registers instead, each head's last 16 bytes carried
-    to its next row).  Every offset within a line, head counts not a multiple
-    of the group, rows of 96 values, 1 and 2 threads: the formula's bits (a
+    stored plainly (float32 and float64 at 16 bytes past a line: realigned
+    in registers instead, each head's last 16 bytes carried to its next
+    row).  Both layouts, forward and backward, every offset within a line,
+    head counts not a multiple of the group, rows of 96 values, 1 and 2
+    threads: the formula's bits (a
     float16 or bfloat16 result: the float32 formula rounded once), nothing
     written outside out."""
     from posemb import _core
@@ -864,14 +865,16 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
     try:
         _core._partial_lines(False)
         posemb.set_num_threads(threads)
-        for interleaved in (False, True):
+        for interleaved, backward in [(False, False), (True, False), (False, True),
+                                      (True, True)]:
             if dt.itemsize == 2:
                 want = formula_bits(x.astype(np.float32), cos.astype(np.float32),
-                                    sin.astype(np.float32), interleaved).astype(dt)
+                                    sin.astype(np.float32), interleaved, backward).astype(dt)
             else:
-                want = formula_bits(x, cos, sin, interleaved)
+                want = formula_bits(x, cos, sin, interleaved, backward)
             buf[:] = 0x55
-            assert posemb.apply_rope(x, cos, sin, interleaved=interleaved, out=out) is out
+            apply = posemb.apply_rope_backward if backward else posemb.apply_rope
+            assert apply(x, cos, sin, interleaved=interleaved, out=out) is out
             np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
             assert (buf[:start] == 0x55).all() and (buf[start + x.nbytes:] == 0x55).all()
     finally:

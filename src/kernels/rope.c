@@ -534,55 +534,6 @@ DEFINE_ROPE_X86_ALL(fwd)
 DEFINE_ROPE_X86_ALL(back)
 
 /*
- * float32 and float64 half-split, duplicated tables (c[i], s[i] for i <
- * h), into a row y 16 bytes past a line, streamed 32 bytes a store from
- * y - 16 on: each store holds the high half of the output vector before
- * and the low half of this one (vperm2f128), so a row's outputs, which
- * come in address order half by half, fill each line by two consecutive
- * stores, and the row's last 16 bytes go, in carry, to the head's next
- * row (the grouped walk, rope_grid_task).  first: the row starts the
- * head's part of a block, whose first line it shares with the block
- * before: its first 48 bytes are stored plainly.  last: it ends the part:
- * the carried 16 bytes are stored plainly.  (LO_EXPR/HI_EXPR: the steps of
- * the streaming kernels' passes.)  Measured, Zen 3 EPYC VM, 1 thread, (1, 32, S,
- * 128) of 128 MiB, medians of 9 interleaved rounds, against the staged
- * walk into y 48 bytes past a line in the same process (3 runs): float32
- * 0.71-0.93 of its time (1.08-1.25x the straight kernel into y on a
- * line), float64 0.95-0.97; 2 threads (2 runs) 0.83-0.96.
- */
-#define DEFINE_ROPE_REALIGN(DIR, SUF, T, V, S, W)                             \
-__attribute__((target("avx2")))                                               \
-static void rope_realign_##DIR##_##SUF(const char *xb, char *yb, const char *cb, \
-                                       const char *sb, ptrdiff_t h, char *carry, \
-                                       int first, int last)                  \
-{                                                                             \
-    const T *x = (const T *)(const void *)xb;                                 \
-    const T *c = (const T *)(const void *)cb;                                 \
-    const T *s = (const T *)(const void *)sb;                                 \
-    T *ya = (T *)(void *)(yb - 16);    /* (on a line) */                      \
-    V prev = _mm256_load_##S((const T *)(const void *)carry);                 \
-    ptrdiff_t j = 0;                                                          \
-    for (int half = 0; half < 2; half++)                                      \
-        for (ptrdiff_t i = 0; i < h; i += W, j += W) {                        \
-            const V v = half ? HI_EXPR(_mm256, S, DIR) : LO_EXPR(_mm256, S, DIR); \
-            if (!first || j >= 2 * W)                                         \
-                _mm256_stream_##S(ya + j, _mm256_permute2f128_##S(prev, v, 0x21)); \
-            else if (j == 0)                                                  \
-                _mm_storeu_##S(ya + W / 2, _mm256_cast##S##256_##S##128(v));    \
-            else                                                              \
-                _mm256_storeu_##S(ya + j, _mm256_permute2f128_##S(prev, v, 0x21)); \
-            prev = v;                                                         \
-        }                                                                     \
-    if (last)                                                                 \
-        _mm_storeu_##S(ya + j, _mm256_extractf128_##S(prev, 1));              \
-    _mm256_store_##S((T *)(void *)carry, prev);                               \
-}
-DEFINE_ROPE_REALIGN(fwd, f32, float, __m256, ps, 8)
-DEFINE_ROPE_REALIGN(back, f32, float, __m256, ps, 8)
-DEFINE_ROPE_REALIGN(fwd, f64, double, __m256d, pd, 4)
-DEFINE_ROPE_REALIGN(back, f64, double, __m256d, pd, 4)
-
-/*
  * Interleaved pairs (2i, 2i + 1), any tables: with w = swap_pairs(x),
  *   fwd:  y = x*c + (w*s) with the even products negated
  *   back: y = x*c + (w*swap_pairs(s)) with the odd products negated
@@ -708,6 +659,76 @@ DEFINE_INTER_NT(avx2, DIR, double, f64, pd, 2)
 
 DEFINE_INTER_ALL(fwd)
 DEFINE_INTER_ALL(back)
+
+/*
+ * float32 and float64 into a row y 16 bytes past a line, streamed 32 bytes
+ * a store from y - 16 on: each store holds the high half of the output
+ * vector before and the low half of this one (vperm2f128), so a row's
+ * outputs, which come in address order (half-split: half by half, with
+ * duplicated tables c[i], s[i] for i < h; interleaved: pair by pair, any
+ * tables), fill each line by two consecutive stores, and the row's last 16
+ * bytes go, in carry, to the head's next row (the grouped walk,
+ * rope_grid_task).  first: the row starts the head's part of a block,
+ * whose first line it shares with the block before: its first 48 bytes
+ * are stored plainly.  last: it ends the part: the carried 16 bytes are
+ * stored plainly.  (LO_EXPR/HI_EXPR, INTER_RESULT: the steps of the
+ * streaming kernels' passes.)  Measured, Zen 3 EPYC VM, 1 thread, (1, 32,
+ * S, 128) of 128 MiB, medians of 9 interleaved rounds, against the staged
+ * walk into y 48 bytes past a line in the same process (3 runs): float32
+ * half-split 0.71-0.93 of its time (1.08-1.25x the straight kernel into y
+ * on a line), float64 0.95-0.97; 2 threads (2 runs) 0.83-0.96.
+ * Interleaved (later, same VM, 3 runs): float32 0.59-0.64, float64
+ * 0.74-0.91 (0.95-1.16x the kernel into y on a line); 2 threads (2 runs)
+ * 0.76-0.77 and 0.77-0.82.
+ */
+#define REALIGN_STORE(S, W, v)                                                \
+            {                                                                 \
+                if (!first || j >= 2 * W)                                     \
+                    _mm256_stream_##S(ya + j, _mm256_permute2f128_##S(prev, v, 0x21)); \
+                else if (j == 0)                                              \
+                    _mm_storeu_##S(ya + W / 2, _mm256_cast##S##256_##S##128(v)); \
+                else                                                          \
+                    _mm256_storeu_##S(ya + j, _mm256_permute2f128_##S(prev, v, 0x21)); \
+                prev = v;                                                     \
+                j += W;                                                       \
+            }
+#define REALIGN_STEPS_half(DIR, SUF, V, S, W)                                 \
+    for (int half = 0; half < 2; half++)                                      \
+        for (ptrdiff_t i = 0; i < h; i += W) {                                \
+            const V v = half ? HI_EXPR(_mm256, S, DIR) : LO_EXPR(_mm256, S, DIR); \
+            REALIGN_STORE(S, W, v)                                            \
+        }
+#define REALIGN_STEPS_inter(DIR, SUF, V, S, W)                                \
+    for (ptrdiff_t i = 0; i < 2 * h; i += W) {                                \
+        V xv = _mm256_loadu_##S(x + i);                                       \
+        __asm__("" : "+x"(xv));                                               \
+        const V v = INTER_RESULT(_mm256, S, DIR, SUF, xv);                    \
+        REALIGN_STORE(S, W, v)                                                \
+    }
+#define DEFINE_ROPE_REALIGN(LAYOUT, DIR, SUF, T, V, S, W)                     \
+__attribute__((target("avx2")))                                               \
+static void LAYOUT##_realign_##DIR##_##SUF(const char *xb, char *yb, const char *cb, \
+                                           const char *sb, ptrdiff_t h, char *carry, \
+                                           int first, int last)              \
+{                                                                             \
+    const T *x = (const T *)(const void *)xb;                                 \
+    const T *c = (const T *)(const void *)cb;                                 \
+    const T *s = (const T *)(const void *)sb;                                 \
+    T *ya = (T *)(void *)(yb - 16);    /* (on a line) */                      \
+    V prev = _mm256_load_##S((const T *)(const void *)carry);                 \
+    ptrdiff_t j = 0;                                                          \
+    REALIGN_STEPS_##LAYOUT(DIR, SUF, V, S, W)                                 \
+    if (last)                                                                 \
+        _mm_storeu_##S(ya + j, _mm256_extractf128_##S(prev, 1));              \
+    _mm256_store_##S((T *)(void *)carry, prev);                               \
+}
+#define DEFINE_ROPE_REALIGN_ALL(LAYOUT)                                       \
+DEFINE_ROPE_REALIGN(LAYOUT, fwd, f32, float, __m256, ps, 8)                   \
+DEFINE_ROPE_REALIGN(LAYOUT, back, f32, float, __m256, ps, 8)                  \
+DEFINE_ROPE_REALIGN(LAYOUT, fwd, f64, double, __m256d, pd, 4)                 \
+DEFINE_ROPE_REALIGN(LAYOUT, back, f64, double, __m256d, pd, 4)
+DEFINE_ROPE_REALIGN_ALL(half)
+DEFINE_ROPE_REALIGN_ALL(inter)
 
 /*
  * AVX-512 one-pass kernels (the same operations, 64 bytes per vector: half
@@ -1273,8 +1294,8 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
  * most 4 (float16 rows, 256 bytes: groups of 8 were slower than 4) */
 #define ROPE_GROUP_BYTES 2048
 
-/* one row x -> y of the realigning streaming kernels (rope_realign_fwd_f32):
- * h pairs, the half table rows c, s, the head's carry (one vector, 32
+/* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
+ * h pairs, the table rows c, s (half-split: their first halves), the head's carry (one vector, 32
  * bytes on 32), whether the row begins and ends the head's part of the
  * block */
 typedef void (*rope_realign_fn)(const char *x, char *y, const char *c, const char *s,
@@ -1302,7 +1323,8 @@ typedef struct {
                           * where the level has AVX), fenced once per task;
                           * 0: not staged */
     int pack;            /* grouped walk, dup kernel: pack each block's rows */
-    rope_realign_fn realign; /* staged walk, blocks with duplicated tables: this
+    rope_realign_fn realign; /* staged walk, the blocks of the one-pass kernel
+                              * (half-split: with duplicated tables): this
                               * kernel streams y straight (no staging), or NULL */
 } rope_grid_job;
 
@@ -1639,9 +1661,10 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                 ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
                 L.n = g->H - h0 < G ? g->H - h0 : G;
                 /* y 16 bytes past a line, realigned in registers
-                 * (rope_realign_fwd_f32) instead of staged: each head's
+                 * (half_realign_fwd_f32) instead of staged: each head's
                  * carry */
-                const int realign = job->realign != NULL && fn == job->dup;
+                const int realign =
+                    job->realign != NULL && fn == (job->dup != NULL ? job->dup : job->fn);
                 _Alignas(32) char carry[4 * 32] = {0};
                 for (ptrdiff_t k = 0; k < rows; k++) {
                     L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
@@ -1823,8 +1846,9 @@ static struct {
     pe_rope_fn nt_half[2][2]; /* [bf16][back]: float16/bfloat16 duplicated
                                * tables, streaming (NULL: none) */
     ptrdiff_t nt_align;  /* the bytes each of nt[..][1]'s streaming stores writes */
-    rope_realign_fn realign[2][2];  /* [f64][back]: half-split, duplicated
-                                     * tables, y 16 bytes past a line (NULL: none) */
+    rope_realign_fn realign[2][2][2];  /* [interleaved][f64][back]: y 16 bytes
+                                        * past a line (half-split: duplicated
+                                        * tables) (NULL: none) */
     pe_rope_fn bf16_far[2];   /* [back]: bfloat16, duplicated tables, in place
                                * beyond the last-level cache (NULL: dup's) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
@@ -1837,7 +1861,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{NULL}}, {NULL, NULL}};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {NULL, NULL}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -1900,10 +1924,12 @@ const char *pe_rope_dispatch(int level)
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
         rope_table.dup[0][3] = bf16x16_dup_fwd;
         rope_table.dup[1][3] = bf16x16_dup_back;
-        rope_table.realign[0][0] = rope_realign_fwd_f32;
-        rope_table.realign[0][1] = rope_realign_back_f32;
-        rope_table.realign[1][0] = rope_realign_fwd_f64;
-        rope_table.realign[1][1] = rope_realign_back_f64;
+        static const rope_realign_fn realign[2][2][2] = {
+            {{half_realign_fwd_f32, half_realign_back_f32},
+             {half_realign_fwd_f64, half_realign_back_f64}},
+            {{inter_realign_fwd_f32, inter_realign_back_f32},
+             {inter_realign_fwd_f64, inter_realign_back_f64}}};
+        memcpy(rope_table.realign, realign, sizeof realign);
     }
     if (level >= PE_CPU_SSE2) {
         const int avx2 = level >= PE_CPU_AVX2;
@@ -2059,13 +2085,13 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
             const int streaming = (wide || Y_ALIGNED(16)) && MAY_STREAM(Y_ALIGNED(64));
             pe_rope_fn fast;
             job.stage = !streaming && MAY_STAGE() ? stage_width : 0;
-            /* half-split into y 16 bytes past a line, every row and head
-             * alike (rows of whole lines, no tail): realigned in registers,
-             * not staged (rope_realign_fwd_f32) */
-            if (job.stage && !inter && rope_table.realign[f64][back] != NULL &&
+            /* into y 16 bytes past a line, every row and head alike (rows
+             * of whole lines, no tail): realigned in registers, not staged
+             * (half_realign_fwd_f32) */
+            if (job.stage && rope_table.realign[inter][f64][back] != NULL &&
                 g->r == g->d && h * itemsize % 32 == 0 && (uintptr_t)g->y % 64 == 16 &&
                 ALIGNED(g->y_b, 64))   /* (y_s = 2 h itemsize: whole lines) */
-                job.realign = rope_table.realign[f64][back];
+                job.realign = rope_table.realign[inter][f64][back];
             if (streaming) {
                 /* the kernels do not fence: rope_grid_task does, once */
                 fast = rope_table.nt[inter][back][f64][wide];
