@@ -1295,9 +1295,9 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 #define ROPE_GROUP_BYTES 2048
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
- * h pairs, the table rows c, s (half-split: their first halves), the head's carry (one vector, 32
- * bytes on 32), whether the row begins and ends the head's part of the
- * block */
+ * h pairs, the table rows c, s (half-split: their first halves), the
+ * head's carry (one vector, 32 bytes on 32), whether the row begins and
+ * ends the head's part of the block */
 typedef void (*rope_realign_fn)(const char *x, char *y, const char *c, const char *s,
                                 ptrdiff_t h, char *carry, int first, int last);
 
