@@ -21,7 +21,9 @@ __all__ = ["set_num_threads", "get_num_threads", "show_config", "set_output_cach
 def set_num_threads(n: int) -> int:
     """Use ``n`` threads (>= 1, at most 64) in posemb's kernels; returns the count set.
 
-    Work below a size threshold always runs on the calling thread.  Safe to
+    Work below a size threshold always runs on the calling thread, and work
+    below four times it too when the pool's threads have been idle (no job
+    in the last 0.1 ms): waking them would cost more than they save.  Safe to
     call while other threads are computing: a running job finishes with the
     count it started with.  The environment variable ``POSEMB_NUM_THREADS``
     sets the initial value (default: the number of online CPUs).
