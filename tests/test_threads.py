@@ -59,6 +59,32 @@ def test_results_do_not_depend_on_threads(restore_threads, threads):
     np.testing.assert_array_equal(want, want_guf)
 
 
+@pytest.mark.parametrize("seq", [64, 192, 384, 768])
+def test_idle_pool_and_loops_give_the_formula(restore_threads, seq):
+    """2 threads, arrays of 1-12 MiB (around the sizes that go parallel,
+    and the larger ones that go parallel even with the pool's threads
+    asleep): each call after the pool has been idle (which runs mid-size
+    work on the caller and wakes nobody), then calls in a loop (the first
+    wakes the threads, the next find them awake), in place and into a new
+    array: every result is the float32 formula's bits."""
+    import time
+    rng = np.random.default_rng(seq)
+    x0 = rng.standard_normal((1, 32, seq, 128), dtype=np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), 128)
+    a, b, c, s = x0[..., :64], x0[..., 64:], cos[:, :64], sin[:, :64]
+    want = np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+    posemb.set_num_threads(2)
+    for idle in (True, True, False, False, False):
+        if idle:
+            time.sleep(0.01)
+        np.testing.assert_array_equal(posemb.apply_rope(x0, cos, sin), want)
+        x = x0.copy()
+        if idle:
+            time.sleep(0.01)
+        assert posemb.apply_rope(x, cos, sin, out=x) is x
+        np.testing.assert_array_equal(x, want)
+
+
 def test_concurrent_callers_and_set_num_threads(restore_threads):
     x, cos, sin = _big_case()
     want = posemb.apply_rope(x, cos, sin)
