@@ -678,8 +678,8 @@ DEFINE_INTER_ALL(back)
  * half-split 0.71-0.93 of its time (1.08-1.25x the straight kernel into y
  * on a line), float64 0.95-0.97; 2 threads (2 runs) 0.83-0.96.
  * Interleaved (later, same VM, 3 runs): float32 0.59-0.64, float64
- * 0.74-0.91 (0.95-1.16x the kernel into y on a line); 2 threads (2 runs)
- * 0.76-0.77 and 0.77-0.82.
+ * 0.74-0.91 (0.95-1.31x the kernel into y on a line, over two sets of
+ * runs); 2 threads (2 runs) 0.76-0.77 and 0.77-0.82.
  */
 #define REALIGN_STORE(S, W, v)                                                \
             {                                                                 \
