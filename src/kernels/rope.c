@@ -1291,8 +1291,10 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 }
 
 /* heads per group for (b, h, s, d) memory: about 2 KiB of x per call, at
- * most 4 (float16 rows, 256 bytes: groups of 8 were slower than 4) */
+ * most ROPE_GROUP_MAX (float16 rows, 256 bytes: groups of 8 were slower
+ * than 4) */
 #define ROPE_GROUP_BYTES 2048
+#define ROPE_GROUP_MAX 4
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
  * h pairs, the table rows c, s (half-split: their first halves), the
@@ -1665,7 +1667,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                  * carry */
                 const int realign =
                     job->realign != NULL && fn == (job->dup != NULL ? job->dup : job->fn);
-                _Alignas(32) char carry[4 * 32] = {0};
+                _Alignas(32) char carry[ROPE_GROUP_MAX * 32] = {0};
                 for (ptrdiff_t k = 0; k < rows; k++) {
                     L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
                     L.y = stage_buf != NULL ? stage_buf + (k * rb - bo) : y0 + k * g->y_s;
@@ -1811,8 +1813,8 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     {
         const ptrdiff_t vec = (g->d > 0 ? g->d : 1) * job->itemsize;
         job->head_group = vec < ROPE_GROUP_BYTES ? ROPE_GROUP_BYTES / vec : 1;
-        if (job->head_group > 4)
-            job->head_group = 4;
+        if (job->head_group > ROPE_GROUP_MAX)
+            job->head_group = ROPE_GROUP_MAX;
     }
     {
         const ptrdiff_t ah = g->x_h < 0 ? -g->x_h : g->x_h;

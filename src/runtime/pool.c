@@ -215,7 +215,7 @@ static atomic_ulong generation;      /* bumped for every job */
 static atomic_int active;            /* workers inside the current job */
 static atomic_int asleep;            /* workers waiting on work_cv, not yet
                                       * woken (state_mx) */
-static atomic_llong spin_end_ns;     /* the last job's end + PE_SPIN_SECONDS */
+static atomic_llong job_end_ns;      /* when the last job ended (now_seconds) */
 static atomic_long next_chunk;       /* the next chunk to take */
 static int job_open;                 /* workers may still join (state_mx) */
 static pe_task_fn job_fn;
@@ -224,6 +224,19 @@ static ptrdiff_t job_base, job_n, job_chunks;   /* items [job_base, job_n) */
 static int job_parts;
 static unsigned long start_gen[PE_MAX_THREADS]; /* generation at creation */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* when the last job ended, and that moment recorded as now */
+static double last_job_end(void) { return 1e-9 * (double)atomic_load(&job_end_ns); }
+static void job_ended(void) { atomic_store(&job_end_ns, (long long)(1e9 * now_seconds())); }
+
+/* a new generation for the workers (a job, or with job_open 0 none: a
+ * wake-up), every sleeping one woken; with state_mx held */
+static void publish_locked(void)
+{
+    atomic_fetch_add(&generation, 1);
+    atomic_store(&asleep, 0);
+    pthread_cond_broadcast(&work_cv);
+}
 
 /* cpu0's data or unified cache of `level` (0: the highest level) as Linux
  * sysfs describes it, in bytes, or 0.  sysfs gives the cache one core
@@ -364,7 +377,7 @@ static void *worker_main(void *arg)
                 double later;
                 while (atomic_load(&generation) == seen && spin_on(&polls, until))
                     ;
-                later = 1e-9 * (double)atomic_load(&spin_end_ns);
+                later = last_job_end() + PE_SPIN_SECONDS;
                 if (atomic_load(&generation) != seen || later <= until)
                     break;
                 until = later;
@@ -504,8 +517,7 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
             /* workers asleep: this job runs here (see PE_WAKE_GRAINS); they
              * are woken after it where it follows the last job closely */
             const double began = now_seconds();
-            const int in_loop = began < 1e-9 * (double)atomic_load(&spin_end_ns) +
-                                            PE_LOOP_SECONDS - PE_SPIN_SECONDS;
+            const int in_loop = began < last_job_end() + PE_LOOP_SECONDS;
             int stopped;
             pthread_mutex_unlock(&job_lock);
             stopped = run_serial(fn, ctx, base, n, min_chunks, c);
@@ -513,12 +525,10 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
                 if (in_loop) {
                     pthread_mutex_lock(&state_mx);
                     job_open = 0;                    /* (no job to join) */
-                    atomic_fetch_add(&generation, 1);
-                    atomic_store(&asleep, 0);
-                    pthread_cond_broadcast(&work_cv);
+                    publish_locked();
                     pthread_mutex_unlock(&state_mx);
                 }
-                atomic_store(&spin_end_ns, (long long)(1e9 * (now_seconds() + PE_SPIN_SECONDS)));
+                job_ended();
                 pthread_mutex_unlock(&job_lock);
             }
             return stopped;
@@ -539,9 +549,7 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
         job_open = 1;
         atomic_store(&next_chunk, 0);
         atomic_store(&active, 0);
-        atomic_fetch_add(&generation, 1);    /* publishes the job fields */
-        atomic_store(&asleep, 0);
-        pthread_cond_broadcast(&work_cv);
+        publish_locked();                    /* (the job fields with it) */
         pthread_mutex_unlock(&state_mx);
 
         rest = run_chunks(fn, ctx, base, n, chunks, c);
@@ -561,7 +569,7 @@ static int parallel_run(ptrdiff_t n, ptrdiff_t grain, ptrdiff_t chunk_items, pe_
         while (atomic_load(&active) > 0)
             pthread_cond_wait(&done_cv, &state_mx);
         pthread_mutex_unlock(&state_mx);
-        atomic_store(&spin_end_ns, (long long)(1e9 * (now_seconds() + PE_SPIN_SECONDS)));
+        job_ended();
         pthread_mutex_unlock(&job_lock);
         if (rest >= chunks)
             return 0;
