@@ -699,6 +699,51 @@ static void test_pool_stoppable(void)
     }
 }
 
+#if !defined(_WIN32) && !defined(POSEMB_NO_THREADS)
+/* seconds on the wall clock (C11) */
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static _Thread_local int on_caller;   /* set on the thread that calls the pool */
+static atomic_int ran_on_worker;
+
+/* an item of 200 ms wall time, noting which thread ran it */
+static void coarse_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
+{
+    const double t0 = wall_seconds();
+    (void)ctx;
+    if (!on_caller)
+        atomic_store(&ran_on_worker, 1);
+    while (begin < end && wall_seconds() - t0 < 0.2)
+        ;
+}
+
+/* a job of two items each worth a thread (grain 1, as the learned backward
+ * and the sinusoidal tables cut theirs) runs on the pool even when its
+ * workers have gone to sleep; a job of few fine grains stays on the caller */
+static void test_pool_coarse_parts(void)
+{
+    on_caller = 1;
+    pe_set_num_threads(2);
+    pe_parallel_for(2, 1, coarse_task, NULL);           /* (starts the worker) */
+    for (int fine = 0; fine < 2; fine++) {
+        const double t0 = wall_seconds();
+        while (wall_seconds() - t0 < 0.02)              /* the worker falls asleep */
+            ;
+        atomic_store(&ran_on_worker, 0);
+        pe_parallel_for(fine ? 4 : 2, fine ? 2 : 1, coarse_task, NULL);
+        report(atomic_load(&ran_on_worker) == !fine,
+               fine ? "pool: 2 fine grains after idling, on the caller"
+                    : "pool: 2 whole parts after idling, on 2 threads", 0, 0);
+    }
+    pe_set_num_threads(1);
+}
+#endif
+
 int main(void)
 {
 #if defined(__aarch64__)
@@ -721,6 +766,9 @@ int main(void)
     test_out_cache();
     test_file_bytes();
     test_pool_stoppable();
+#if !defined(_WIN32) && !defined(POSEMB_NO_THREADS)
+    test_pool_coarse_parts();
+#endif
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
