@@ -16,6 +16,7 @@ rounds; PyTorch and ONNX Runtime run with the same thread count.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -65,6 +66,9 @@ class Case:
     calls: int = 1                   # calls per timed sample when per_call
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # entered once around the row's timing, for every column (the decode
+    # rows: torch.no_grad(), as transformers' generate() runs a whole step)
+    context: Callable[[], Any] | None = None
 
 
 def median_times(fns: list[Fn], repeat: int, calls: int = 1, rounds: int = 5,
@@ -439,8 +443,7 @@ def _rope_cases(cfg: Config) -> list[Case]:
         f = _hf(torch)
 
         def t_dec() -> Any:
-            with torch.no_grad():
-                return f(qt, crt, srt), f(kt, crt, srt)
+            return f(qt, crt, srt), f(kt, crt, srt)
     o_dec = None
     if cfg.ort:
         pd = np.array([[1000]], np.int64)
@@ -467,7 +470,9 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       lambda: (posemb.apply_rope(q, cr, sr), posemb.apply_rope(k, cr, sr)),
                       limit=Limit("new copy", {"numpy": copy_qk}),
                       torch=t_dec, ort=o_dec, per_call=True, calls=1000,
-                      note="limit: copies of q and k; onnxrt: I/O binding"))
+                      context=torch.no_grad if torch is not None else None,
+                      note="limit: copies of q and k; onnxrt: I/O binding; "
+                           "torch under no_grad(), entered once"))
     del qk
     return cases
 
@@ -696,21 +701,22 @@ def _torch_cases(cfg: Config) -> list[Case]:
     cn, sn = cd.unsqueeze(1).numpy(), sd.unsqueeze(1).numpy()
 
     def dec_posemb() -> Any:
-        with torch.no_grad():
-            return pt.apply_rotary_pos_emb(qd, kd, cd, sd)
+        return pt.apply_rotary_pos_emb(qd, kd, cd, sd)
 
     def dec_torch() -> Any:
-        with torch.no_grad():
-            c, s_ = cd.unsqueeze(1), sd.unsqueeze(1)
-            return hf(qd, c, s_), hf(kd, c, s_)
+        c, s_ = cd.unsqueeze(1), sd.unsqueeze(1)
+        return hf(qd, c, s_), hf(kd, c, s_)
 
+    # (torch.no_grad() entered once around the timing, as generate() runs
+    # under it: entering and leaving it per call costs ~4 us on its own)
     rows.append(Case("torch", "decode apply_rotary_pos_emb", f"1x{hq}|{hk}x1x{d}",
                      dec_posemb, torch=dec_torch,
                      limit=Limit("posemb numpy", {
                          "numpy": lambda: (posemb.apply_rope(qn, cn, sn),
                                            posemb.apply_rope(kn, cn, sn))}),
-                     per_call=True, calls=500,
-                     note="torch.no_grad(); limit: posemb.apply_rope on the arrays"))
+                     per_call=True, calls=500, context=torch.no_grad,
+                     note="under torch.no_grad(), entered once; "
+                          "limit: posemb.apply_rope on the arrays"))
 
     # decode with autograd: forward and backward of one token's q and k
     qg, kg = qd.clone().requires_grad_(True), kd.clone().requires_grad_(True)
@@ -884,8 +890,10 @@ def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None =
             fns += [(c, getattr(case, c)) for c in COLUMNS if getattr(case, c) is not None]
             settle = [_bench_ort.SPIN_SETTLE_S if k == "ort" and threads > 1 else 0.0
                       for k, _ in fns]
-            timed = dict(zip([k for k, _ in fns],
-                             median_times([f for _, f in fns], reps, calls, settle_s=settle)))
+            with case.context() if case.context else contextlib.nullcontext():
+                timed = dict(zip([k for k, _ in fns],
+                                 median_times([f for _, f in fns], reps, calls,
+                                              settle_s=settle)))
             row["posemb_s"] = timed["posemb"]
             if lim:
                 best = min(lim, key=lambda k: timed[f"limit:{k}"])
