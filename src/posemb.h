@@ -123,8 +123,9 @@ typedef void (*pe_task_fn)(void *ctx, ptrdiff_t begin, ptrdiff_t end);
 
 /*
  * Run fn over [0, n) split into at most get_num_threads() parts of at least
- * `grain` items; serial when small or when the pool is busy.  Parts must
- * write disjoint memory.
+ * `grain` items (the items that make a part worth a thread: 1 when each
+ * item is, however large); serial when small or when the pool is busy.
+ * Parts must write disjoint memory.
  */
 void pe_parallel_for(ptrdiff_t n, ptrdiff_t grain, pe_task_fn fn, void *ctx);
 /*
