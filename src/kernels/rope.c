@@ -427,9 +427,57 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
     VF(P, storeu, S)(y + i + h, VHI(P, S, DIR, X0, X2, c0, s0));              \
     VF(P, storeu, S)(y + i + h + W, VHI(P, S, DIR, X1, X3, c1, s1));
 
-/* a pair's half-split steps: two vectors of each half of both rows */
-#define HALF_PAIR_STEPS(P, S, V, W, DIR)                                      \
-            for (ptrdiff_t i = 0; i < h; i += 2 * W) {                        \
+/* 16 bytes of each half of row x into row y at element i (SSE) */
+#define HALF_STEP16(S, DIR, x, y, i)                                          \
+            {                                                                 \
+                const __typeof__(VF(_mm, loadu, S)(c)) c_ = VF(_mm, loadu, S)(c + (i)); \
+                const __typeof__(c_) s_ = VF(_mm, loadu, S)(s + (i));         \
+                const __typeof__(c_) xa_ = VF(_mm, loadu, S)(x + (i));        \
+                const __typeof__(c_) xb_ = VF(_mm, loadu, S)(x + (i) + h);    \
+                VF(_mm, storeu, S)(y + (i), VLO(_mm, S, DIR, xa_, xb_, c_, s_)); \
+                VF(_mm, storeu, S)(y + (i) + h, VHI(_mm, S, DIR, xa_, xb_, c_, s_)); \
+            }
+/* one vector of each half of row x into row y at element i */
+#define HALF_STEP(P, S, V, DIR, x, y, i)                                      \
+            {                                                                 \
+                const V c_ = VF(P, loadu, S)(c + (i)), s_ = VF(P, loadu, S)(s + (i)); \
+                const V xa_ = VF(P, loadu, S)(x + (i));                       \
+                const V xb_ = VF(P, loadu, S)(x + (i) + h);                   \
+                VF(P, storeu, S)(y + (i), VLO(P, S, DIR, xa_, xb_, c_, s_));  \
+                VF(P, storeu, S)(y + (i) + h, VHI(P, S, DIR, xa_, xb_, c_, s_)); \
+            }
+/*
+ * AVX2 rows whose outputs lie 16 bytes past 32 (NumPy's large arrays start
+ * 16 bytes past a line) start with 16 bytes of each half (SSE), so that the
+ * 32-byte vectors after them lie on 32 bytes and no store splits a line;
+ * the row then ends with one 32-byte and one 16-byte step per half (h is a
+ * multiple of 2W where pairs run, of W otherwise).  Measured, Zen 3 EPYC
+ * VM, 1 thread, float32 in place through pe_rope_apply from C (best of
+ * 15), x 16 bytes past a line, before -> after (x on a line): (1, 8, 4,
+ * 128) 0.84 -> 0.43 us (0.37), (1, 32, 16, 128) 7.27 -> 6.53 us (5.2-5.6);
+ * (1, 32, 128, 128), from L3, 65.5 -> 65.9 us (49.8-52.7), not found why.
+ * Through apply_rope, builds alternated (3 runs): (1, 32, 128, 128) in
+ * place 1.55-1.58x -> 1.42-1.48x a NumPy in-place scale; beyond the cache,
+ * (1, 32, 8192, 128) 9.1-9.8 -> 8.5-10.2 ms, float64 (1, 32, 4096, 128)
+ * 11.5-12.0 -> 9.9-10.6 ms.  (Other levels: none; AVX-512's 64-byte vectors
+ * would need 48 bytes.)  The interleaved one-pass kernels peeled the same
+ * way measured no clear gain ((1, 32, 16, 128) 8.5-9.0 against 8.0-8.9 us
+ * from C; 128 MiB in place 9.8-10.6 against 8.7-10.4 ms) and are not.
+ */
+#define ROW_PEEL_sse2(y) 0
+#define ROW_PEEL_avx512f(y) 0
+#define ROW_PEEL_avx2(y) (((uintptr_t)(y) & 31) == 16)
+/* a pair's half-split steps: two vectors of each half of both rows (the
+ * first and last steps of 16 bytes where ROW_PEEL) */
+#define HALF_PAIR_STEPS(ISA, P, S, V, W, DIR)                                 \
+            const int peel = ROW_PEEL_##ISA(y) && ROW_PEEL_##ISA(y2);         \
+            ptrdiff_t i = 0;                                                  \
+            if (peel) {                                                       \
+                HALF_STEP16(S, DIR, x, y, 0)                                  \
+                HALF_STEP16(S, DIR, x2, y2, 0)                                \
+                i = W / 2;                                                    \
+            }                                                                 \
+            for (; i + 2 * W <= h; i += 2 * W) {                              \
                 const V c0 = VF(P, loadu, S)(c + i), c1 = VF(P, loadu, S)(c + i + W); \
                 const V s0 = VF(P, loadu, S)(s + i), s1 = VF(P, loadu, S)(s + i + W); \
                 const V a0 = VF(P, loadu, S)(x + i), a1 = VF(P, loadu, S)(x + i + W); \
@@ -440,6 +488,12 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
                 const V b3 = VF(P, loadu, S)(x2 + i + h + W);                 \
                 STORE_STEP(P, S, W, DIR, y, a0, a1, a2, a3)                   \
                 STORE_STEP(P, S, W, DIR, y2, b0, b1, b2, b3)                  \
+            }                                                                 \
+            if (peel) {                  /* (i = h - 3W/2) */                 \
+                HALF_STEP(P, S, V, DIR, x, y, i)                              \
+                HALF_STEP(P, S, V, DIR, x2, y2, i)                            \
+                HALF_STEP16(S, DIR, x, y, i + W)                              \
+                HALF_STEP16(S, DIR, x2, y2, i + W)                            \
             }
 
 /*
@@ -453,8 +507,13 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
  * the noise.  Four at a time (one process, 6 rounds): 1.76x against
  * 1.86x for two in cache, but 128 MiB float32 1.21x against 1.10x.
  */
-#define HALF_ROW_STEPS(P, S, V, W, DIR)                                       \
+#define HALF_ROW_STEPS(ISA, P, S, V, W, DIR)                                  \
+            const int peel = ROW_PEEL_##ISA(y);                               \
             ptrdiff_t i = 0;                                                  \
+            if (peel) {                                                       \
+                HALF_STEP16(S, DIR, x, y, 0)                                  \
+                i = W / 2;                                                    \
+            }                                                                 \
             for (; i + 2 * W <= h; i += 2 * W) {                              \
                 const V xa0 = VF(P, loadu, S)(x + i);                         \
                 const V xa1 = VF(P, loadu, S)(x + i + W);                     \
@@ -465,21 +524,17 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
                 const V s1 = VF(P, loadu, S)(s + i + W);                      \
                 STORE_STEP(P, S, W, DIR, y, xa0, xa1, xb0, xb1)               \
             }                                                                 \
-            for (; i < h; i += W) {                                           \
-                const V xa = VF(P, loadu, S)(x + i), xb = VF(P, loadu, S)(x + i + h); \
-                const V cv = VF(P, loadu, S)(c + i), sv = VF(P, loadu, S)(s + i); \
-                const V ya = VLO(P, S, DIR, xa, xb, cv, sv);                  \
-                const V yb = VHI(P, S, DIR, xa, xb, cv, sv);                  \
-                VF(P, storeu, S)(y + i, ya);                                  \
-                VF(P, storeu, S)(y + i + h, yb);                              \
-            }
+            for (; i + W <= h; i += W)                                        \
+                HALF_STEP(P, S, V, DIR, x, y, i)                              \
+            if (peel)                    /* (i = h - W/2) */                  \
+                HALF_STEP16(S, DIR, x, y, i)
 #define DEFINE_ROPE_X86(ISA, DIR, T, SUF, P, S, V, W)                         \
 __attribute__((target(#ISA)))                                                 \
 static void rope_one_##ISA##_##DIR##_##SUF(const pe_rope_loop *L)             \
 {                                                                             \
     ONE_PASS_ROWS(rope_one_##ISA##_##DIR##_##SUF, T, h % (2 * W) == 0,        \
-                  HALF_PAIR_STEPS(P, S, V, W, DIR),                           \
-                  HALF_ROW_STEPS(P, S, V, W, DIR))                            \
+                  HALF_PAIR_STEPS(ISA, P, S, V, W, DIR),                      \
+                  HALF_ROW_STEPS(ISA, P, S, V, W, DIR))                       \
 }
 
 /* streaming SSE2, 16 bytes at a time: one pass, each step storing both
