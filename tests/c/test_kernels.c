@@ -732,7 +732,7 @@ static void test_pool_coarse_parts(void)
     pe_parallel_for(2, 1, coarse_task, NULL);           /* (starts the worker) */
     for (int fine = 0; fine < 2; fine++) {
         const double t0 = wall_seconds();
-        while (wall_seconds() - t0 < 0.02)              /* the worker falls asleep */
+        while (wall_seconds() - t0 < 0.1)               /* the worker falls asleep */
             ;
         atomic_store(&ran_on_worker, 0);
         pe_parallel_for(fine ? 4 : 2, fine ? 2 : 1, coarse_task, NULL);
