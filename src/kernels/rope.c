@@ -427,16 +427,6 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
     VF(P, storeu, S)(y + i + h, VHI(P, S, DIR, X0, X2, c0, s0));              \
     VF(P, storeu, S)(y + i + h + W, VHI(P, S, DIR, X1, X3, c1, s1));
 
-/* 16 bytes of each half of row x into row y at element i (SSE) */
-#define HALF_STEP16(S, DIR, x, y, i)                                          \
-            {                                                                 \
-                const __typeof__(VF(_mm, loadu, S)(c)) c_ = VF(_mm, loadu, S)(c + (i)); \
-                const __typeof__(c_) s_ = VF(_mm, loadu, S)(s + (i));         \
-                const __typeof__(c_) xa_ = VF(_mm, loadu, S)(x + (i));        \
-                const __typeof__(c_) xb_ = VF(_mm, loadu, S)(x + (i) + h);    \
-                VF(_mm, storeu, S)(y + (i), VLO(_mm, S, DIR, xa_, xb_, c_, s_)); \
-                VF(_mm, storeu, S)(y + (i) + h, VHI(_mm, S, DIR, xa_, xb_, c_, s_)); \
-            }
 /* one vector of each half of row x into row y at element i */
 #define HALF_STEP(P, S, V, DIR, x, y, i)                                      \
             {                                                                 \
@@ -446,6 +436,10 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
                 VF(P, storeu, S)(y + (i), VLO(P, S, DIR, xa_, xb_, c_, s_));  \
                 VF(P, storeu, S)(y + (i) + h, VHI(P, S, DIR, xa_, xb_, c_, s_)); \
             }
+/* the same, 16 bytes (SSE) */
+#define SSE_V_ps __m128
+#define SSE_V_pd __m128d
+#define HALF_STEP16(S, DIR, x, y, i) HALF_STEP(_mm, S, SSE_V_##S, DIR, x, y, i)
 /*
  * AVX2 rows whose outputs lie 16 bytes past 32 (NumPy's large arrays start
  * 16 bytes past a line) start with 16 bytes of each half (SSE), so that the
