@@ -57,8 +57,9 @@ _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float
 
 def _new_result(ufunc: Any, x: np.ndarray, cos: Any, sin: Any) -> np.ndarray:
     """``ufunc(x, cos, sin)``, a RoPE gufunc (x (..., h, s, d), tables
-    (..., s, r)), into a new array: the output cache's when large."""
-    if x.nbytes < _OUT_CACHE_MIN:
+    (..., s, r)), into a new array laid out as x (see cached_output): the
+    output cache's when large."""
+    if x.nbytes < _OUT_CACHE_MIN and x.flags.c_contiguous:
         return ufunc(x, cos, sin)
     return ufunc(x, cos, sin, out=cached_output(
         x, np.broadcast_shapes(x.shape[:-3], cos.shape[:-2]) + x.shape[-3:]))
@@ -122,11 +123,12 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
     operands.  Broadcasting and ``out`` are checked by NumPy; only when it
     refuses are they re-checked to name the argument.
     """
-    if out is None and type(cos) is _ND and type(sin) is _ND \
-            and getattr(x, "nbytes", 0) >= _OUT_CACHE_MIN:
-        # a large new output: from the output cache, where shapes and
-        # dtypes are plain (else NumPy allocates it, and names any error);
-        # bfloat16's bit patterns (uint16) too
+    if out is None and type(x) is _ND and type(cos) is _ND and type(sin) is _ND \
+            and (x.nbytes >= _OUT_CACHE_MIN or not x.flags.c_contiguous):
+        # a new output laid out as x, from the output cache when large
+        # (cached_output), where shapes and dtypes are plain (else NumPy
+        # allocates it, and names any error); bfloat16's bit patterns
+        # (uint16) too
         try:
             lead = np.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1])
             out = cached_output(x, lead + x.shape[-1:],
@@ -539,6 +541,10 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool = False,
         ``(..., seq, d)`` as in HF's ``(batch, heads, seq, head_dim)``; pass
         ``seq_axis=1`` for Meta's / flash-attn's ``(batch, seq, heads, head_dim)``.
     out : numpy.ndarray, optional
+        Without it, a new array of ``x``'s shape is laid out in memory as
+        ``x`` is (NumPy's ``order='K'``; torch's elementwise ops keep the
+        input's strides too): HF's ``q.view(b, s, h, d).transpose(1, 2)``
+        gets a result of its strides, written as ``x`` is read.
 
     Examples
     --------

@@ -60,22 +60,47 @@ _CACHED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float6
                   np.dtype(np.uint16))
 
 
+def _strides_order(x: np.ndarray) -> tuple[int, ...] | None:
+    """x's axes from the largest stride to the smallest (NumPy's order='K'),
+    or None where that is C order (x C-contiguous, or its axes already in
+    that order)."""
+    if x.flags.c_contiguous:
+        return None
+    st = x.strides
+    perm = tuple(sorted(range(x.ndim), key=lambda i: -abs(st[i])))
+    return None if perm == tuple(range(x.ndim)) else perm
+
+
 def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | None:
     """A new empty array of ``shape`` and ``dtype`` (default: ``x``'s; a
     tuple of dtypes: their promotion) for a posemb output computed from
-    ``x``, from the output cache (see set_output_cache) -- or None, and
-    NumPy allocates the output as usual: ``x`` is not a plain float
-    ndarray, or the output is small.  (Every output holds at least ``x``'s
-    bytes, so a small ``x`` is checked first, before any promotion: decode
-    steps pass here.)"""
-    if type(x) is not np.ndarray or x.nbytes < _OUT_CACHE_MIN:
+    ``x`` -- or None, and NumPy allocates the output as usual (C order).
+
+    An output of ``x``'s shape is laid out in memory as ``x`` is (NumPy's
+    order='K' for elementwise ufuncs, and what torch's elementwise ops do):
+    HF's ``q.view(b, s, h, d).transpose(1, 2)`` gets a result of the same
+    strides, written front to back as ``x`` is read, not a transposing
+    write.  A large output (see set_output_cache) comes from the output
+    cache.  None where neither applies: ``x`` is not a plain ndarray, or
+    the output is small and C order; decode steps pass here first, so a
+    small C-contiguous ``x`` is checked before anything else."""
+    if type(x) is not np.ndarray:
+        return None
+    small = x.nbytes < _OUT_CACHE_MIN
+    if small and x.flags.c_contiguous:
         return None
     shape = x.shape if shape is None else tuple(shape)
+    perm = _strides_order(x) if shape == x.shape else None
+    if small and perm is None:
+        return None
     dtype = (x.dtype if dtype is None else np.result_type(*dtype) if isinstance(dtype, tuple)
              else np.dtype(dtype))
-    if dtype not in _CACHED_DTYPES or x.dtype not in _CACHED_DTYPES:
-        return None
-    return _core._out_cache_empty(shape, dtype)
+    cached = not small and dtype in _CACHED_DTYPES and x.dtype in _CACHED_DTYPES
+    if perm is None:
+        return _core._out_cache_empty(shape, dtype) if cached else None
+    inner = tuple(shape[i] for i in perm)
+    buf = _core._out_cache_empty(inner, dtype) if cached else np.empty(inner, dtype)
+    return buf.transpose(np.argsort(perm))
 
 
 def new_output(x: np.ndarray, shape: Any = None, dtype: Any = None) -> np.ndarray:

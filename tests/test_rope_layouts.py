@@ -201,6 +201,70 @@ def test_torch_apply_rope_seq_axis(rng):
     np.testing.assert_allclose(x.grad.numpy(), x.detach().numpy(), rtol=1e-12, atol=1e-12)
 
 
+def _model_views(base):
+    """q as models hold it, (1, h, s, d) views of a (1, s, n, d) array"""
+    h = base.shape[2] // 2
+    return {"hf-transposed": base[:, :, :h].copy().transpose(0, 2, 1, 3),
+            "sliced-heads": base[:, :, :h].transpose(0, 2, 1, 3),
+            "negative-heads": base[:, :, h - 1::-1].transpose(0, 2, 1, 3)}
+
+
+def _memory_order(strides):
+    """axes from the largest stride to the smallest"""
+    return list(np.argsort([-abs(v) for v in strides], kind="stable"))
+
+
+def _dense(a):
+    """a's elements fill its memory, in the order of its strides"""
+    return np.ascontiguousarray(a.transpose(_memory_order(a.strides))).ctypes.data == \
+        a.ctypes.data if all(v > 0 for v in a.strides) else False
+
+
+@pytest.mark.parametrize("seq", [6, 4096])          # a small array; one from the output cache
+@pytest.mark.parametrize("form", ["hf-transposed", "sliced-heads", "negative-heads"])
+def test_new_result_is_laid_out_as_x(rng, seq, form):
+    # a new output has x's memory order (NumPy's order='K'; torch's
+    # elementwise ops keep the input's strides too): HF's transposed q gives
+    # a (b, s, h, d)-ordered result, written front to back, not transposed
+    d = 128
+    q = _model_views(rng.standard_normal((1, seq, 8, d)).astype(np.float32))[form]
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), d)
+    want = oracle(q, np.arange(seq), d)
+    calls = {
+        "apply_rope": lambda: posemb.apply_rope(q, cos, sin),
+        "hf-tables": lambda: posemb.apply_rope(q, cos[None, None], sin[None, None]),
+        "backward": lambda: posemb.apply_rope_backward(posemb.apply_rope(q, cos, sin), cos, sin),
+        "RoPE": lambda: posemb.RoPE(d, seq)(q),
+        "numpy-tables-promote": lambda: posemb.apply_rope(q, cos.astype(np.float64),
+                                                          sin.astype(np.float64)),
+    }
+    for name, call in calls.items():
+        got = call()
+        assert got.shape == q.shape, name
+        assert _memory_order(got.strides) == _memory_order(q.strides) and _dense(got), \
+            (name, got.strides, q.strides)
+        expect = q if name == "backward" else want
+        np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_torch_new_result_keeps_hf_strides(rng):
+    # posemb.torch's apply_rotary_pos_emb on HF's transposed q and k returns
+    # tensors of their strides, as HF's own formula does
+    torch = pytest.importorskip("torch")
+    import posemb.torch as pt
+    b, s, h, d = 2, 2048, 8, 128           # q: 8 MiB, an output from the cache
+    q = torch.from_numpy(rng.standard_normal((b, s, h, d)).astype(np.float32)).transpose(1, 2)
+    k = q[:, :2]
+    cos, sin = (torch.from_numpy(t)[None] for t in posemb.rope_cos_sin(np.arange(s), d))
+    got_q, got_k = pt.apply_rotary_pos_emb(q, k, cos, sin)
+    c, sn = cos.unsqueeze(1), sin.unsqueeze(1)
+    for got, x in ((got_q, q), (got_k, k)):
+        hf = x * c + torch.cat((-x[..., d // 2:], x[..., :d // 2]), dim=-1) * sn
+        assert got.stride() == hf.stride() == x.contiguous().transpose(1, 2).contiguous(
+            ).transpose(1, 2).stride()
+        torch.testing.assert_close(got, hf, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_decode_fast_path_equals_the_long_road(rng, dtype, interleaved):
