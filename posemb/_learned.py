@@ -23,7 +23,7 @@ import numpy as np
 from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16
-from ._threads import cached_output
+from ._threads import cached_output, new_output
 
 __all__ = ["learned_pe_forward", "learned_pe_backward", "LearnedPE"]
 
@@ -154,8 +154,10 @@ def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: 
     flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
     g = _checks.c_array(grad_out).reshape(n, d)
     half = grad_out.dtype == np.float16
-    # no zeroing pass: the kernel starts each row from zero itself (assign)
-    grad_weight = np.empty((num_positions, d), np.float32 if half else grad_out.dtype)
+    # no zeroing pass: the kernel starts each row from zero itself (assign);
+    # a large table from the output cache (warm pages, as a training loop's
+    # allocator would give it)
+    grad_weight = new_output(g, (num_positions, d), np.float32 if half else grad_out.dtype)
     _core._learned_back(g, flat_pos, grad_weight, True)
     return grad_weight.astype(np.float16) if half else grad_weight
 

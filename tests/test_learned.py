@@ -159,12 +159,12 @@ def _position_patterns(rng, m, n):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("d, m, n", [
     (64, 3000, 4000),     # bucketed: parts cut by tokens + rows
-    (256, 2048, 8192),    # a cached table with 8 MiB of gradient: positions split in runs
+    (256, 2048, 8192),    # a cached table with 8 MiB of gradient: positions cut by work
 ])
 def test_backward_any_thread_count_same_bits(rng, threads, d, m, n):
     """Every way the pool splits the backward (token + row parts of the
-    buckets; position ranges of a cached table where tokens come in runs,
-    one thread where they do not) gives the serial loop's bits, and
+    buckets; position ranges of a cached table, cut by their tokens + rows,
+    each part walking every token) gives the serial loop's bits, and
     torch's, for any thread count and position pattern."""
     old = posemb.get_num_threads()
     try:

@@ -319,35 +319,56 @@ static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
  * walks every token in order but reads and adds only its own positions'
  * gradient rows, so the gradient is still read once in all, whole rows at
  * a time, and every element still gets its addends in token order (the
- * same bits for any thread count).  Splitting the columns instead, each
- * thread reading half of every gradient row, was slower than one thread
- * (4.8 ms against 4.0 ms for the case above).
+ * same bits for any thread count).  The parts are cut by work, not by
+ * rows: a position costs its tokens plus one (its row, as in the bucketed
+ * job), counted in a pass over the positions, so a batch whose positions
+ * fill part of the table (a few positions, or the first half) still
+ * splits.  Splitting the columns instead, each thread reading half of
+ * every gradient row, was slower than one thread (4.8 ms against 4.0 ms
+ * for the case above).
+ *
+ * Positions in random order split too.  Each thread then reads about
+ * every other gradient row, each fetched whole LEARNED_TOK_AHEAD tokens
+ * ahead.  Measured, Zen 3 EPYC VM (32 MiB L3), 8x2048 tokens of 1024
+ * float32 features, 2048 positions, 2 threads, one process toggling the
+ * two ways, 2 runs: random positions 7.5-9.6 ms on one thread -> 5.3 ms
+ * split (torch's zeros + index_add_ 5.9-6.5 ms); positions from [0, 1024)
+ * 6.3-6.4 ms -> (cut by work) split; from [0, 8) 5.5-5.6 ms -> split.
+ * (Before the whole-row fetch existed, random positions split measured 7
+ * ms against 4 ms on one thread on a Zen 5 EPYC, so they ran on one
+ * thread; not measured there since.)
  */
 typedef struct {
     ptrdiff_t n, d, m, parts;
     const void *g;
     const int64_t *pos;
     void *gw;
+    const int64_t *end;     /* tokens at positions <= p, or NULL: equal rows */
+    ptrdiff_t total;        /* the job's units of work: tokens + rows */
     int assign;
 } learned_tok_job;
 
-/* Do consecutive tokens mostly fall in the same one of `parts` position
- * ranges (a batch of sequences: runs of positions in order)?  Then each
- * part reads long runs of gradient rows; with positions in random order it
- * would read every other row or so, and the hardware prefetcher would pull
- * all of g through every thread (measured, 8x2048 random positions: 7 ms
- * on 2 threads against 4 ms on one). */
-static int learned_runs_in_parts(ptrdiff_t n, const int64_t *pos, ptrdiff_t m,
-                                 ptrdiff_t parts)
+/* The first position of part k of the token-order job (m for k = parts):
+ * part k adds positions [start(k), start(k + 1)). */
+static ptrdiff_t learned_tok_start(const learned_tok_job *j, ptrdiff_t k)
 {
-    ptrdiff_t switches = 0, prev = -1;
+    return j->end == NULL ? k * j->m / j->parts
+                          : learned_back_first(j->end, j->m, k * j->total / j->parts);
+}
+
+/* end[p] = the tokens at positions <= p (m values); invalid positions in
+ * none.  Returned: the tokens counted. */
+static ptrdiff_t learned_counts(ptrdiff_t n, const int64_t *pos, ptrdiff_t m, int64_t *end)
+{
+    memset(end, 0, (size_t)m * sizeof *end);
     for (ptrdiff_t t = 0; t < n; t++) {
         const int64_t p = pos[t];
-        const ptrdiff_t part = p >= 0 && p < m ? (ptrdiff_t)(p * parts / m) : prev;
-        switches += part != prev;
-        prev = part;
+        if (p >= 0 && p < m)
+            end[p]++;
     }
-    return switches * 64 <= n;
+    for (ptrdiff_t p = 1; p < m; p++)
+        end[p] += end[p - 1];
+    return m ? (ptrdiff_t)end[m - 1] : 0;
 }
 
 static int learned_table_cached(ptrdiff_t m, ptrdiff_t rowbytes, ptrdiff_t n)
@@ -421,7 +442,8 @@ static void learned_back_tok_task_##SUF(void *ctx, ptrdiff_t begin,           \
     const learned_tok_job *j = (const learned_tok_job *)ctx;                  \
     const TG *g = (const TG *)j->g;                                           \
     TW *gw = (TW *)j->gw;                                                     \
-    const ptrdiff_t p0 = begin * j->m / j->parts, p1 = end * j->m / j->parts; \
+    const ptrdiff_t p0 = learned_tok_start(j, begin);                         \
+    const ptrdiff_t p1 = learned_tok_start(j, end);                           \
     if (j->assign)                                                            \
         memset(gw + p0 * j->d, 0, (size_t)((p1 - p0) * j->d) * sizeof(TW));  \
     for (ptrdiff_t t = 0; t < j->n; t++) {                                    \
@@ -449,10 +471,14 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
             parts = bytes / PE_PARALLEL_MIN_BYTES;                            \
         if (parts > m)                                                        \
             parts = m;                                                        \
-        if (parts < 2 || !learned_runs_in_parts(n, pos, m, parts))            \
+        if (parts < 2)                                                        \
             parts = 1;                                                        \
         {                                                                     \
-            learned_tok_job c = {n, d, m, parts, g, pos, gw, assign};         \
+            learned_tok_job c = {n, d, m, parts, g, pos, gw, NULL, 0, assign};\
+            if (parts > 1 && work != NULL && pe_learned_back_work(n, m) > 0) {\
+                c.total = learned_counts(n, pos, m, work) + m;                \
+                c.end = work;                                                 \
+            }                                                                 \
             pe_parallel_for(parts, 1, learned_back_tok_task_##SUF, &c);       \
         }                                                                     \
         return;                                                               \
