@@ -227,6 +227,21 @@ ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
     return m <= 2 * n ? 2 * n + m + 1 : 0;
 }
 
+/* end[p] = the tokens at positions <= p (m values); invalid positions in
+ * none.  Returned: the tokens counted. */
+static ptrdiff_t learned_counts(ptrdiff_t n, const int64_t *pos, ptrdiff_t m, int64_t *end)
+{
+    memset(end, 0, (size_t)m * sizeof *end);
+    for (ptrdiff_t t = 0; t < n; t++) {
+        const int64_t p = pos[t];
+        if (p >= 0 && p < m)
+            end[p]++;
+    }
+    for (ptrdiff_t p = 1; p < m; p++)
+        end[p] += end[p - 1];
+    return m ? (ptrdiff_t)end[m - 1] : 0;
+}
+
 /*
  * Group token indices by position, stably (a counting sort, O(n + m)).
  * Given pos (n), m, work (2n + m + 1).  Returned: order (n, in work) with
@@ -239,15 +254,12 @@ static void learned_buckets(ptrdiff_t n, const int64_t *pos, ptrdiff_t m,
                             int64_t *work, int64_t **end, int64_t **order)
 {
     int64_t *e = work, *key = work + m + 1, *o = key + n;
-    memset(e, 0, (size_t)(m + 1) * sizeof *e);
     for (ptrdiff_t t = 0; t < n; t++) {
         const int64_t p = pos[t];
         key[t] = (p >= 0 && p < m) ? p : -1;
-        if (key[t] >= 0)
-            e[key[t] + 1]++;
     }
-    for (ptrdiff_t p = 0; p < m; p++)
-        e[p + 1] += e[p];
+    e[0] = 0;                           /* e[p] = the start of bucket p */
+    learned_counts(n, key, m, e + 1);
     for (ptrdiff_t t = 0; t < n; t++)   /* e[p] ends as the end of bucket p */
         if (key[t] >= 0)
             o[e[key[t]]++] = t;
@@ -354,21 +366,6 @@ static ptrdiff_t learned_tok_start(const learned_tok_job *j, ptrdiff_t k)
 {
     return j->end == NULL ? k * j->m / j->parts
                           : learned_back_first(j->end, j->m, k * j->total / j->parts);
-}
-
-/* end[p] = the tokens at positions <= p (m values); invalid positions in
- * none.  Returned: the tokens counted. */
-static ptrdiff_t learned_counts(ptrdiff_t n, const int64_t *pos, ptrdiff_t m, int64_t *end)
-{
-    memset(end, 0, (size_t)m * sizeof *end);
-    for (ptrdiff_t t = 0; t < n; t++) {
-        const int64_t p = pos[t];
-        if (p >= 0 && p < m)
-            end[p]++;
-    }
-    for (ptrdiff_t p = 1; p < m; p++)
-        end[p] += end[p - 1];
-    return m ? (ptrdiff_t)end[m - 1] : 0;
 }
 
 static int learned_table_cached(ptrdiff_t m, ptrdiff_t rowbytes, ptrdiff_t n)
