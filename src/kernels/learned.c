@@ -342,13 +342,14 @@ static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
  * Positions in random order split too.  Each thread then reads about
  * every other gradient row, each fetched whole LEARNED_TOK_AHEAD tokens
  * ahead.  Measured, Zen 3 EPYC VM (32 MiB L3), 8x2048 tokens of 1024
- * float32 features, 2048 positions, 2 threads, one process toggling the
- * two ways, 2 runs: random positions 7.5-9.6 ms on one thread -> 5.3 ms
- * split (torch's zeros + index_add_ 5.9-6.5 ms); positions from [0, 1024)
- * 6.3-6.4 ms -> (cut by work) split; from [0, 8) 5.5-5.6 ms -> split.
- * (Before the whole-row fetch existed, random positions split measured 7
- * ms against 4 ms on one thread on a Zen 5 EPYC, so they ran on one
- * thread; not measured there since.)
+ * float32 features, 2048 positions, 2 threads, against the build that
+ * kept random positions on one thread and cut equal rows (alternating
+ * processes, 2 runs each; torch's zeros + index_add_ 5.4-6.7 ms): random
+ * positions 8.0-8.7 -> 5.5-5.8 ms, positions from [0, 1024) 6.3-6.6 ->
+ * 5.1-5.2 ms, from [0, 8) 5.5-5.6 -> 5.1-5.3 ms.  (Before the whole-row
+ * fetch existed, random positions split measured 7 ms against 4 ms on one
+ * thread on a Zen 5 EPYC, so they ran on one thread; not measured there
+ * since.)
  */
 typedef struct {
     ptrdiff_t n, d, m, parts;
