@@ -22,7 +22,7 @@ from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16, is_bfloat16_array
 from ._rope_scaling import normalize_scaling, rope_scaling_parameters
-from ._threads import _OUT_CACHE_MIN, cached_output
+from ._threads import cached_output, may_cache
 
 __all__ = [
     "rope_inv_freq",
@@ -59,7 +59,7 @@ def _new_result(ufunc: Any, x: np.ndarray, cos: Any, sin: Any) -> np.ndarray:
     """``ufunc(x, cos, sin)``, a RoPE gufunc (x (..., h, s, d), tables
     (..., s, r)), into a new array laid out as x (see cached_output): the
     output cache's when large."""
-    if x.nbytes < _OUT_CACHE_MIN and x.flags.c_contiguous:
+    if not may_cache(x):
         return ufunc(x, cos, sin)
     return ufunc(x, cos, sin, out=cached_output(
         x, np.broadcast_shapes(x.shape[:-3], cos.shape[:-2]) + x.shape[-3:]))
@@ -123,8 +123,7 @@ def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
     operands.  Broadcasting and ``out`` are checked by NumPy; only when it
     refuses are they re-checked to name the argument.
     """
-    if out is None and type(x) is _ND and type(cos) is _ND and type(sin) is _ND \
-            and (x.nbytes >= _OUT_CACHE_MIN or not x.flags.c_contiguous):
+    if out is None and type(cos) is _ND and type(sin) is _ND and may_cache(x):
         # a new output laid out as x, from the output cache when large
         # (cached_output), where shapes and dtypes are plain (else NumPy
         # allocates it, and names any error); bfloat16's bit patterns

@@ -71,6 +71,13 @@ def _strides_order(x: np.ndarray) -> tuple[int, ...] | None:
     return None if perm == tuple(range(x.ndim)) else perm
 
 
+def may_cache(x: Any) -> bool:
+    """Can cached_output return an array for x?  Not for a small C-contiguous
+    ndarray (NumPy's own allocation is that array: decode steps ask this
+    first), nor for anything but a plain ndarray."""
+    return type(x) is np.ndarray and (x.nbytes >= _OUT_CACHE_MIN or not x.flags.c_contiguous)
+
+
 def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | None:
     """A new empty array of ``shape`` and ``dtype`` (default: ``x``'s; a
     tuple of dtypes: their promotion) for a posemb output computed from
@@ -81,14 +88,10 @@ def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | 
     HF's ``q.view(b, s, h, d).transpose(1, 2)`` gets a result of the same
     strides, written front to back as ``x`` is read, not a transposing
     write.  A large output (see set_output_cache) comes from the output
-    cache.  None where neither applies: ``x`` is not a plain ndarray, or
-    the output is small and C order; decode steps pass here first, so a
-    small C-contiguous ``x`` is checked before anything else."""
-    if type(x) is not np.ndarray:
+    cache.  None where neither applies (see may_cache)."""
+    if not may_cache(x):
         return None
     small = x.nbytes < _OUT_CACHE_MIN
-    if small and x.flags.c_contiguous:
-        return None
     shape = x.shape if shape is None else tuple(shape)
     perm = _strides_order(x) if shape == x.shape else None
     if small and perm is None:
