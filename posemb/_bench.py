@@ -429,6 +429,15 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       lambda: posemb.apply_rope(xs, cs, ss, out=xs),
                       limit=_limit("scale", xs), torch=ts, compile=cfg.compiled(ts),
                       ort=ort(xs, H, out=ys, p=pos[:, :128]), per_call=True, calls=20))
+    xsm = np.ascontiguousarray(xs.transpose(0, 2, 1, 3))      # Meta's (b, s, h, d)
+    ysm = np.empty_like(xsm)
+    cases.append(Case("rope", "small Meta (b,s,h,d) in place", f"1x128x{H}x{D}",
+                      lambda: posemb.apply_rope(xsm, cs, ss, seq_axis=1, out=xsm),
+                      limit=_limit("scale", xsm),
+                      ort=ort(xsm.reshape(1, 128, H * D), H, out=ysm.reshape(1, 128, H * D),
+                              p=pos[:, :128]),
+                      contig=lambda: posemb.apply_rope(xs, cs, ss, out=xs),
+                      per_call=True, calls=20, note="seq_axis=1"))
 
     # decode step: one new token per head, table row from the cache
     q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)

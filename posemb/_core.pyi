@@ -25,6 +25,8 @@ MAX_EXTENT: int
 MAX_EXACT: int
 MAX_EXACT_DISTANCE: int
 T5_MAX_BUCKETS: int
+OUT_CACHE_MIN_BYTES: int
+PARALLEL_MIN_BYTES: int
 def _rope_table(positions: np.ndarray, inv_freq: np.ndarray, attention_scale: float,
                 interleaved: bool, cos: np.ndarray, sin: np.ndarray, /) -> None: ...
 def _rope_varlen(*args: Any) -> Any: ...

@@ -19,7 +19,8 @@ one place.  The extension provides, by family:
 * runtime: ``set_num_threads``, ``get_num_threads``, ``_dispatch`` (the CPU
   level and each family's instruction set, for ``show_config``), and the
   limits ``MAX_EXTENT``, ``MAX_EXACT``, ``MAX_EXACT_DISTANCE``,
-  ``T5_MAX_BUCKETS`` (defined once, in src/posemb.h).
+  ``T5_MAX_BUCKETS``, ``OUT_CACHE_MIN_BYTES``, ``PARALLEL_MIN_BYTES`` (defined
+  once, in src/posemb.h; the last from this machine's L2 size).
 
 (Names are copied from the extension as built, so a binding that adds or
 drops an entry point needs no change here.)

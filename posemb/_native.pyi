@@ -17,6 +17,8 @@ from ._core import (
     MAX_EXACT as MAX_EXACT,
     MAX_EXACT_DISTANCE as MAX_EXACT_DISTANCE,
     T5_MAX_BUCKETS as T5_MAX_BUCKETS,
+    OUT_CACHE_MIN_BYTES as OUT_CACHE_MIN_BYTES,
+    PARALLEL_MIN_BYTES as PARALLEL_MIN_BYTES,
     _rope_table as _rope_table,
     _rope_varlen as _rope_varlen,
     _sinusoidal_table as _sinusoidal_table,

@@ -22,7 +22,7 @@ from . import _checks
 from . import _native as _core
 from ._bfloat16 import accepts_bfloat16, is_bfloat16_array
 from ._rope_scaling import normalize_scaling, rope_scaling_parameters
-from ._threads import cached_output, may_cache
+from ._threads import cached_output, may_cache, new_output
 
 __all__ = [
     "rope_inv_freq",
@@ -50,6 +50,8 @@ def _kind(interleaved: bool, backward: bool) -> int:
 _FAST_FWD = {False: _UFUNCS[0], True: _UFUNCS[2]}
 _FAST_BACK = {False: _UFUNCS[1], True: _UFUNCS[3]}
 _ND = np.ndarray
+#: bytes touched below which a kernel runs on one thread (the C walk's rule)
+_PARALLEL_MIN = int(_core.PARALLEL_MIN_BYTES)
 _U16 = np.dtype(np.uint16)
 #: the native float dtypes (NumPy's singletons: an identity test is enough)
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -61,8 +63,9 @@ def _new_result(ufunc: Any, x: np.ndarray, cos: Any, sin: Any) -> np.ndarray:
     output cache's when large."""
     if not may_cache(x):
         return ufunc(x, cos, sin)
-    return ufunc(x, cos, sin, out=cached_output(
-        x, np.broadcast_shapes(x.shape[:-3], cos.shape[:-2]) + x.shape[-3:]))
+    shape = (x.shape if cos.ndim == 2
+             else np.broadcast_shapes(x.shape[:-3], cos.shape[:-2]) + x.shape[-3:])
+    return ufunc(x, cos, sin, out=cached_output(x, shape))
 
 
 def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved: Any,
@@ -70,43 +73,83 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
     """The gufunc called directly, or None for the long road.
 
     A decode step (or a small array) is call overhead.  Plain native float
-    ndarrays of one dtype, with no seq_axis, go to _fast_call."""
-    if not (seq_axis is None and type(x) is _ND and type(cos) is _ND and type(sin) is _ND
+    ndarrays of one dtype, with no seq_axis or a valid int one, go to
+    _fast_call."""
+    if not (type(x) is _ND and type(cos) is _ND and type(sin) is _ND
             and (interleaved is False or interleaved is True)):
         return None
     dt = x.dtype
     if not ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt):
         return None
+    if seq_axis is not None:
+        nd = x.ndim
+        if type(seq_axis) is not int or not -nd <= seq_axis < nd - 1 or seq_axis == -1:
+            return None    # (the long road names what is wrong)
+        cos, sin = _grow_tables(cos, sin, nd - 2 - seq_axis % nd)
     return _fast_call(ufuncs[interleaved], x, cos, sin, out)
 
 
 def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: Any) -> Any:
-    """ufunc (a RoPE gufunc) on ndarrays x (..., h, s, d) and tables (s, r)
-    with r even -- or (..., 1, s, r), of no more axes than x, as HF's
-    unsqueezed (batch, 1, seq, dim) tables are: the size-1 axis is dropped
-    and the gufunc broadcasts the leading ones against x's -- into a new
-    array, in place (out=x, not empty) or into out, an ndarray of x's dtype
-    and shape (x not empty).  The caller has checked the dtypes.  Whatever
-    the gufunc refuses (shapes, r > d, a read-only out, a result too large
-    to allocate; tables that would make the result larger than out) returns
-    None: the long road then checks again and names the argument."""
+    """ufunc (a RoPE gufunc, core (h, s, d), (s, r), (s, r)) on ndarrays x
+    (..., d) and tables (..., r) with r even, of no more axes than x and
+    broadcasting against it, into a new array, in place (out=x, not empty)
+    or into out, an ndarray of x's dtype and shape (x not empty).  x is
+    seen as that grid without copying:
+
+    * tables (..., s, r) along x's positions (axis -2), as HF's unsqueezed
+      (batch, 1, seq, dim): a size-1 axis -3 is dropped and the gufunc
+      broadcasts the leading ones against x's;
+    * tables (..., s, 1, r) along x's axis -3, Meta's (batch, seq, heads,
+      d) (seq_axis=1): x's last two axes but one swapped;
+    * tables (..., 1, r) or (r,), one position for all of x's axis -2 (a
+      decode step's tables for one position), where x is small enough for
+      one thread: x seen with a new axis of length 1 as its positions (the
+      C walk splits work by positions, of which there is then one; larger
+      x takes the long road, which broadcasts the tables along x's).
+
+    The caller has checked the dtypes.  Whatever the gufunc refuses
+    (shapes, r > d, a read-only out, a result too large to allocate;
+    tables that would make the result larger than out) returns None: the
+    long road then checks again and names the argument."""
     cs = cos.shape
-    n = len(cs)
-    if not (cs == sin.shape and 2 <= n <= x.ndim and x.ndim >= 3 and not cs[-1] & 1):
+    n, nx = len(cs), x.ndim
+    if not (cs == sin.shape and 1 <= n <= nx and nx >= 2 and not cs[-1] & 1):
         return None
     if out is not None and not (x.size and (out is x or (
             type(out) is _ND and out.dtype is x.dtype and out.shape == x.shape))):
         return None
-    if n > 2:
-        if cs[-3] != 1:
+    xs, given = x.shape, out
+    if n == 1:
+        cos, sin, cs, n = cos.reshape(1, -1), sin.reshape(1, -1), (1, cs[0]), 2
+    # the view of x (0: as it is, 1: axes -2 and -3 swapped, 2: a new axis)
+    view = (0 if cs[-2] == xs[-2] else 1 if n >= 3 and cs[-2] == 1 and cs[-3] == xs[-3] != 1
+            else 2 if cs[-2] == 1 and 2 * x.nbytes < _PARALLEL_MIN else -1)
+    if view < 0 or (view == 0 and (nx < 3 or (n > 2 and cs[-3] != 1))):
+        return None
+    if view and out is None:
+        if 0 in x.strides:      # a broadcast x: the long road asks if its result can be
             return None
+        # a new array of x's shape, laid out as x (the gufunc's own, through
+        # the views below, would be a view owning no memory); tables that
+        # broadcast x up make the gufunc refuse it
+        try:
+            out = given = new_output(x)
+        except MemoryError:
+            return None
+    if view == 0 and n > 2:
         cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
+    elif view == 1:
+        cos, sin = cos.reshape(cs[:-2] + cs[-1:]), sin.reshape(cs[:-2] + cs[-1:])
+        x, out = x.swapaxes(-2, -3), out.swapaxes(-2, -3)
+    elif view == 2:
+        x, out = x[..., None, :], out[..., None, :]
     try:
         if out is None:
             return _new_result(ufunc, x, cos, sin)
-        return ufunc(x, cos, sin, out=out)
+        ufunc(x, cos, sin, out=out)
     except (ValueError, MemoryError):
         return None
+    return given
 
 
 def _apply(kind: int, x: Any, cos: Any, sin: Any, out: Any, name: str = "x",
@@ -242,8 +285,7 @@ def _bf16_kernel(backward: bool) -> Any:
                     kind = _kind(kwargs.get("interleaved", False), backward)
                     xv, cv, sv = x.view(_U16), cos.view(_U16), sin.view(_U16)
                     ov = None if out is None else xv if out is x else out.view(_U16)
-                    y = (_fast_call(_BF16_UFUNCS[kind], xv, cv, sv, ov)
-                         if seq_axis is None else None)
+                    y = _fast_call(_BF16_UFUNCS[kind], xv, cv, sv, ov)
                     if y is None:
                         y = _run_bf16_bits(kind, xv, cv, sv, ov)
                     return out if out is not None else y.view(x.dtype)
@@ -492,13 +534,18 @@ def _tables_along(x: Any, cos: Any, sin: Any, seq_axis: Any) -> tuple[Any, Any]:
     if seq_axis is None:
         return cos, sin
     ndim = len(x.shape)
-    sa = _seq_axis(seq_axis, ndim)
-    k = ndim - 2 - sa
+    return _grow_tables(cos, sin, ndim - 2 - _seq_axis(seq_axis, ndim))
+
+
+def _grow_tables(cos: Any, sin: Any, k: int) -> tuple[Any, Any]:
+    """Tables (..., s, r) with k singleton axes after s (their position axis
+    k axes before x's second to last); tables of one axis as they are."""
     if k == 0:
         return cos, sin
-    grow = (lambda t: t.reshape(tuple(t.shape[:-1]) + (1,) * k + tuple(t.shape[-1:]))
-            if len(t.shape) >= 2 else t)
-    return grow(cos), grow(sin)
+    ones = (1,) * k
+    cs, ss = tuple(cos.shape), tuple(sin.shape)
+    return (cos.reshape(cs[:-1] + ones + cs[-1:]) if len(cs) >= 2 else cos,
+            sin.reshape(ss[:-1] + ones + ss[-1:]) if len(ss) >= 2 else sin)
 
 
 def _seq_axis(seq_axis: Any, ndim: int) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _checks
 from ._bfloat16 import accepts_bfloat16
-from ._rope import (_F16, _F32, _F64, _FAST_FWD, _apply, _kind, _new_result, _seq_axis,
+from ._rope import (_F16, _F32, _F64, _FAST_FWD, _apply, _fast_call, _kind, _seq_axis,
                     _tables)
 
 _NO_TABLES = ((), ())
@@ -373,30 +373,39 @@ class RoPE:
         method(np.moveaxis(x, sa, -2), positions, offset=offset, out=np.moveaxis(out, sa, -2))
         return out
 
+    def _fast(self, x: Any, offset: Any, seq_axis: Any, out: Any) -> Any:
+        """A decode step (or in place, out=x, x not empty): the cached rows
+        offset .. offset+seq straight to the gufunc (what the long road does,
+        without its checks), for x's sequence on axis -2 (the default) or -3
+        (Meta's (batch, seq, heads, d), seq_axis=1); None for the long road
+        (which also names what a plain call refuses: a read-only out, a
+        broadcast x)."""
+        if not (type(x) is np.ndarray and type(offset) is int and offset >= 0
+                and self._plain_frequencies and not self.rotary_dim & 1):
+            return None
+        dt, xs = x.dtype, x.shape
+        nd = len(xs)
+        k = (0 if seq_axis is None else nd - 2 - seq_axis % nd
+             if type(seq_axis) is int and -nd <= seq_axis < nd else -1)
+        if not ((dt is _F32 or dt is _F64 or dt is _F16) and nd >= 3 and 0 <= k <= 1
+                and xs[-1] == self.head_size):
+            return None
+        tables: Any = self._cache.get((dt, None), _NO_TABLES)
+        cos, sin = tables
+        stop = offset + xs[-2 - k]
+        if len(cos) < stop:
+            return None
+        c, s = cos[offset:stop], sin[offset:stop]
+        return _fast_call(_FAST_FWD[self.interleaved], x, c[:, None] if k else c,
+                          s[:, None] if k else s, out)
+
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:
         """Rotate ``x`` (``(..., seq, head_size)``); see the class docstring."""
-        if (positions is None and (out is None or (out is x and x.size)) and seq_axis is None
-                and type(x) is np.ndarray
-                and type(offset) is int and offset >= 0 and self._plain_frequencies
-                and not self.rotary_dim & 1):
-            # a decode step (or in place, out=x): the cached rows offset ..
-            # offset+seq straight to the gufunc (what the long road below
-            # does, without its checks)
-            dt, xs = x.dtype, x.shape
-            if (dt is _F32 or dt is _F64 or dt is _F16) and len(xs) >= 3 \
-                    and xs[-1] == self.head_size:
-                cos, sin = self._cache.get((dt, None), _NO_TABLES)
-                stop = offset + xs[-2]
-                if len(cos) >= stop:
-                    try:
-                        if out is None:
-                            return _new_result(_FAST_FWD[self.interleaved], x,
-                                               cos[offset:stop], sin[offset:stop])
-                        return _FAST_FWD[self.interleaved](x, cos[offset:stop],
-                                                           sin[offset:stop], out=x)
-                    except (ValueError, MemoryError):  # a read-only out, a broadcast x:
-                        pass                           # the long road names them
+        if positions is None and (out is None or (out is x and x.size)):
+            y = self._fast(x, offset, seq_axis, out)
+            if y is not None:
+                return y
         return self._call_any(x, positions, offset=offset, seq_axis=seq_axis, out=out)
 
     @accepts_bfloat16("x")
@@ -439,6 +448,22 @@ class RoPE:
         True
         """
         inplace = _checks.flag(inplace, "inplace")
+        sa = -2 if seq_axis is None else seq_axis
+        if (positions is None and type(q) is np.ndarray and type(k) is np.ndarray
+                and q.dtype is k.dtype and q.ndim == k.ndim and type(sa) is int
+                and -q.ndim <= sa < q.ndim and q.shape[sa] == k.shape[sa]
+                and (not inplace or (q.size and k.size and q.flags.writeable and k.flags.writeable
+                                     and 0 not in q.strides and 0 not in k.strides
+                                     and not np.may_share_memory(q, k)))):
+            # a decode step: each through the fast road (both, or neither:
+            # what could refuse k is asked above; q and k alike)
+            yq = self._fast(q, offset, seq_axis, q if inplace else None)
+            if yq is not None:
+                yk = self._fast(k, offset, seq_axis, k if inplace else None)
+                if yk is not None:
+                    return yq, yk
+                if inplace:     # (not seen: k's refusal is asked above) k alone
+                    return q, self._call_any(k, offset=offset, seq_axis=seq_axis, out=k)
         if inplace:
             for name, t in (("q", q), ("k", k)):
                 if not isinstance(t, np.ndarray):

@@ -91,14 +91,15 @@ def cached_output(x: Any, shape: Any = None, dtype: Any = None) -> np.ndarray | 
     cache.  None where neither applies (see may_cache)."""
     if not may_cache(x):
         return None
-    small = x.nbytes < _OUT_CACHE_MIN
     shape = x.shape if shape is None else tuple(shape)
-    perm = _strides_order(x) if shape == x.shape else None
-    if small and perm is None:
-        return None
     dtype = (x.dtype if dtype is None else np.result_type(*dtype) if isinstance(dtype, tuple)
              else np.dtype(dtype))
-    cached = not small and dtype in _CACHED_DTYPES and x.dtype in _CACHED_DTYPES
+    if x.nbytes < _OUT_CACHE_MIN:
+        # (x is not C-contiguous, see may_cache) NumPy's own order='K'
+        # allocation: the layout below in a fraction of its Python steps
+        return np.empty_like(x, dtype) if shape == x.shape else None
+    perm = _strides_order(x) if shape == x.shape else None
+    cached = dtype in _CACHED_DTYPES and x.dtype in _CACHED_DTYPES
     if perm is None:
         return _core._out_cache_empty(shape, dtype) if cached else None
     inner = tuple(shape[i] for i in perm)

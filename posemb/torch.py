@@ -354,12 +354,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
     _check(x, "x")
     _check(cos, "cos")
     _check(sin, "sin")
-    if seq_axis is not None:
-        from ._rope import _seq_axis
-        k = x.dim() - 2 - _seq_axis(seq_axis, x.dim())
-        if k:    # singleton axes after the tables' position axis
-            cos, sin = (t.reshape(tuple(t.shape[:-1]) + (1,) * k + tuple(t.shape[-1:]))
-                        if t.dim() >= 2 else t for t in (cos, sin))
+    if seq_axis is not None:    # singleton axes after the tables' position axis
+        from ._rope import _grow_tables, _seq_axis
+        cos, sin = _grow_tables(cos, sin, x.dim() - 2 - _seq_axis(seq_axis, x.dim()))
     return _apply_rope(x, cos, sin, bool(interleaved))
 
 

@@ -792,7 +792,8 @@ static int core_exec(PyObject *m)
                    add_limit(m, "MAX_EXACT", PE_MAX_EXACT) < 0 ||
                    add_limit(m, "MAX_EXACT_DISTANCE", PE_MAX_EXACT_DISTANCE) < 0 ||
                    add_limit(m, "T5_MAX_BUCKETS", PE_T5_MAX_BUCKETS) < 0 ||
-                   add_limit(m, "OUT_CACHE_MIN_BYTES", (long long)PE_OUT_CACHE_MIN_BYTES) < 0
+                   add_limit(m, "OUT_CACHE_MIN_BYTES", (long long)PE_OUT_CACHE_MIN_BYTES) < 0 ||
+                   add_limit(m, "PARALLEL_MIN_BYTES", (long long)PE_PARALLEL_MIN_BYTES) < 0
                ? -1 : 0;
 }
 

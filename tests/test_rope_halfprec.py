@@ -202,6 +202,15 @@ def test_bfloat16_numpy_ml_dtypes(rng, interleaved):
         got2 = fn(x, cos, sin, interleaved=interleaved, seq_axis=1)
         np.testing.assert_array_equal(got2.transpose(0, 2, 1, 3).view(np.uint16),
                                       want.view(np.uint16))
+        xm = x.copy()                                  # (b, s, h, d) in place, seq_axis
+        assert fn(xm, cos, sin, interleaved=interleaved, seq_axis=1, out=xm) is xm
+        np.testing.assert_array_equal(xm.view(np.uint16), got2.view(np.uint16))
+        # one position's tables (r,) for every position
+        one = oracle32(xs.astype(np.float32), np.broadcast_to(cos[4], cos.shape).astype(np.float32),
+                       np.broadcast_to(sin[4], sin.shape).astype(np.float32),
+                       interleaved, backward).astype(bf)
+        np.testing.assert_array_equal(
+            fn(xs, cos[4], sin[4], interleaved=interleaved).view(np.uint16), one.view(np.uint16))
         out = np.empty_like(xs)
         assert fn(xs, cos, sin, interleaved=interleaved, out=out) is out
         np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))

@@ -340,6 +340,107 @@ def test_fast_road_in_place_backward_and_unsqueezed_tables(rng, dtype, interleav
         posemb.apply_rope_backward(x, np.concatenate([c4, c4], 2), np.concatenate([s4, s4], 2))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_fast_road_one_position_tables_and_meta_layout(rng, dtype, interleaved):
+    # the fast road (no Python views beyond a swap or a new axis) also takes
+    # one position's tables, (r,) or (..., 1, r), against many positions,
+    # and Meta's (batch, seq, heads, d) with tables (seq, 1, r) or
+    # seq_axis=1: each answer is the long road's bits and the oracle's values
+    from posemb._rope import _FAST_FWD, _apply_rope_any, _apply_rope_backward_any, _fast_road
+
+    tol = {np.float16: 5e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    c1, s1 = posemb.rope_cos_sin(37, 16, dtype=dtype, interleaved=interleaved)   # (16,)
+    cs, ss = posemb.rope_cos_sin(np.arange(5), 16, dtype=dtype, interleaved=interleaved)
+    x_hf = rng.standard_normal((2, 3, 5, 16)).astype(dtype)       # (batch, heads, seq, d)
+    x_meta = rng.standard_normal((2, 5, 3, 16)).astype(dtype)     # (batch, seq, heads, d)
+    at37 = np.full(5, 37)
+    cases = [
+        # (x, cos, sin, seq_axis, oracle of x in the HF layout, to x's layout)
+        (x_hf, c1, s1, None, lambda x: oracle(x, at37, 16, interleaved=interleaved)),
+        (x_hf, c1[None], s1[None], None, lambda x: oracle(x, at37, 16, interleaved=interleaved)),
+        (x_hf[0, 0], c1[None], s1[None], None,
+         lambda x: oracle(x, at37, 16, interleaved=interleaved)),
+        (x_meta, cs[:, None], ss[:, None], None,
+         lambda x: oracle(x.swapaxes(1, 2), np.arange(5), 16,
+                          interleaved=interleaved).swapaxes(1, 2)),
+        (x_meta, cs, ss, 1,
+         lambda x: oracle(x.swapaxes(1, 2), np.arange(5), 16,
+                          interleaved=interleaved).swapaxes(1, 2)),
+    ]
+    for x, c, s, axis, want in cases:
+        assert _fast_road(_FAST_FWD, x, c, s, interleaved, axis, None) is not None
+        got = posemb.apply_rope(x, c, s, interleaved=interleaved, seq_axis=axis)
+        assert got.shape == x.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(
+            got, _apply_rope_any(x, c, s, interleaved=interleaved, seq_axis=axis))
+        np.testing.assert_allclose(got, want(x.astype(np.float64)), rtol=tol, atol=tol)
+        back = posemb.apply_rope_backward(got, c, s, interleaved=interleaved, seq_axis=axis)
+        np.testing.assert_array_equal(back, _apply_rope_backward_any(
+            got, c, s, interleaved=interleaved, seq_axis=axis))
+        np.testing.assert_allclose(back, x, rtol=4 * tol, atol=4 * tol)
+        y = x.copy()
+        assert posemb.apply_rope(y, c, s, interleaved=interleaved, seq_axis=axis, out=y) is y
+        np.testing.assert_array_equal(y, got)
+        o = np.full_like(x, np.nan)
+        assert posemb.apply_rope(x, c, s, interleaved=interleaved, seq_axis=axis, out=o) is o
+        np.testing.assert_array_equal(o, got)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_module_fast_road_meta_layout_and_apply_qk(rng, dtype, interleaved):
+    # RoPE(x, offset=, seq_axis=1) and apply_qk(q, k, offset=) hand the
+    # cached rows straight to the gufunc for both layouts: the long road's
+    # bits, the oracle's values, in place or new, and its errors
+    tol = {np.float16: 5e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    rope = posemb.RoPE(16, 64, interleaved=interleaved, dtype=dtype)
+    assert rope._fast(np.ones((1, 3, 4, 16), dtype), 2, 1, None) is not None
+    for seq in (1, 3):
+        q = rng.standard_normal((2, seq, 4, 16)).astype(dtype)    # (batch, seq, heads, d)
+        k = rng.standard_normal((2, seq, 2, 16)).astype(dtype)
+        want_q = oracle(q.swapaxes(1, 2), np.arange(7, 7 + seq), 16,
+                        interleaved=interleaved).swapaxes(1, 2)
+        got = rope(q, offset=7, seq_axis=1)
+        np.testing.assert_array_equal(got, rope._call_any(q, offset=7, seq_axis=1))
+        np.testing.assert_allclose(got, want_q, rtol=tol, atol=tol)
+        for axis, qq, kk in ((1, q, k), (None, q.swapaxes(1, 2), k.swapaxes(1, 2))):
+            gq, gk = rope.apply_qk(qq, kk, offset=7, seq_axis=axis)
+            np.testing.assert_array_equal(gq, rope._call_any(qq, offset=7, seq_axis=axis))
+            np.testing.assert_array_equal(gk, rope._call_any(kk, offset=7, seq_axis=axis))
+            qi, ki = qq.copy(), kk.copy()
+            rq, rk = rope.apply_qk(qi, ki, offset=7, seq_axis=axis, inplace=True)
+            assert rq is qi and rk is ki
+            np.testing.assert_array_equal(qi, gq)
+            np.testing.assert_array_equal(ki, gk)
+        np.testing.assert_allclose(gq.swapaxes(1, 2), want_q, rtol=tol, atol=tol)
+        y = q.copy()
+        assert rope(y, offset=7, seq_axis=1, out=y) is y
+        np.testing.assert_array_equal(y, got)
+    with pytest.raises(ValueError, match="same sequence length"):
+        rope.apply_qk(np.ones((1, 4, 3, 16), dtype), np.ones((1, 2, 5, 16), dtype))
+    ro = np.ones((1, 4, 3, 16), dtype)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="q"):
+        rope.apply_qk(ro, np.ones((1, 2, 3, 16), dtype), inplace=True)
+
+
+def test_one_position_tables_on_a_large_array(rng):
+    # above one thread's work the new-axis view is not taken (the C walk
+    # splits work by positions): the long road broadcasts the tables, with
+    # the same values
+    from posemb._rope import _PARALLEL_MIN
+
+    seq = _PARALLEL_MIN // (2 * 64 * 4) + 8
+    x = rng.standard_normal((1, 2, seq, 64)).astype(np.float32)
+    c, s = posemb.rope_cos_sin(1000, 64)
+    got = posemb.apply_rope(x, c, s)
+    small = posemb.apply_rope(x[:, :, :4], c, s)                 # the new-axis view
+    np.testing.assert_array_equal(got[:, :, :4], small)
+    np.testing.assert_allclose(got[:, :, -3:], oracle(x[:, :, -3:], np.full(3, 1000), 64),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_empty_positions_need_no_frequencies():
     # found by the fuzzer: (0, 0) positions with dim 2**31 built 8 GiB of
     # inverse frequencies for an empty result
