@@ -1768,11 +1768,22 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * head per call and 394-400 us without the prefetch.  Earlier,
              * the prefetch took HF's transposed q in place from 6.86-6.94
              * to 5.52-5.61 ms, and made streaming new arrays slower (5.8-6.3
-             * -> 9.0-9.3 ms), so not there. */
+             * -> 9.0-9.3 ms), so not there.
+             * The next position goes into L1 (prefetcht0) beside the one
+             * being rotated, so only where both and the table rows fit in
+             * L1d (Zen 5's 48 KiB: 2 x 16 KiB + 1 KiB for 32 heads of 128
+             * float32).  On a Zen 3 EPYC VM (32 KiB L1d), 1 thread,
+             * (1, s, 32, 128) float32 in place, min of 31 runs, the
+             * prefetch against none: s = 128 64-87 -> 51-68 us (HF's
+             * layout 53-71), s = 512 282-331 -> 211-225 us (HF's 250-321),
+             * s = 2048 3.38-3.85 -> 2.33-2.71 ms; half the position, or
+             * 1 or 4 KiB of it, or 64 heads' bytes before each call of 8,
+             * 4 or 2 heads, between the two. */
             const ptrdiff_t span = g->x_h > 0 && g->x_s > 0 && g->x_inner > 0
                                        ? (g->H - 1) * g->x_h + g->d * g->x_inner : 0;
-            const ptrdiff_t l2q = pe_cache_l2_bytes() / 4;
-            const ptrdiff_t ahead = job->streaming ? 0 : span < l2q ? span : l2q;
+            const ptrdiff_t ahead =
+                !job->streaming && 2 * (span + 2 * g->r * job->itemsize) <= pe_cache_l1_bytes()
+                    ? span : 0;
             L.n = job->one_head ? 1 : g->H;
             L.x_step = g->x_h;
             L.y_step = g->y_h;
