@@ -79,6 +79,15 @@ def _to_float32(value: Any) -> Any:
     return np.asarray(value).astype(np.float32)
 
 
+def _any_void(values: Any) -> bool:
+    """Is one of values an ndarray of a non-NumPy dtype (bfloat16's kind is
+    "V")?  (A loop: a generator costs microseconds per call here.)"""
+    for v in values:
+        if isinstance(v, np.ndarray) and v.dtype.kind == "V":
+            return True
+    return False
+
+
 def accepts_bfloat16(*operands: str, dtype_arg: str | None = None,
                      table_dtype: str | None = None) -> Callable[[F], F]:
     """Let a float-only public function take bfloat16.
@@ -100,9 +109,7 @@ def accepts_bfloat16(*operands: str, dtype_arg: str | None = None,
             # fast path (a decode step is dominated by call overhead): no
             # dtype= argument and no array of a non-NumPy dtype (bfloat16's
             # kind is "V")
-            if dtype_arg is None and not any(
-                    isinstance(v, np.ndarray) and v.dtype.kind == "V"
-                    for v in (*args, *kwargs.values())):
+            if dtype_arg is None and not _any_void(args) and not _any_void(kwargs.values()):
                 return fn(*args, **kwargs)
             bf = None
             found = False

@@ -137,7 +137,9 @@ def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out:
         except MemoryError:
             return None
     if view == 0 and n > 2:
-        cos, sin = cos.reshape(cs[:-3] + cs[-2:]), sin.reshape(cs[:-3] + cs[-2:])
+        # (leading axes of length 1 too: tables (s, r) make the result x's shape)
+        t = cs[-2:] if cs[:-3].count(1) == n - 3 else cs[:-3] + cs[-2:]
+        cos, sin = cos.reshape(t), sin.reshape(t)
     elif view == 1:
         cos, sin = cos.reshape(cs[:-2] + cs[-1:]), sin.reshape(cs[:-2] + cs[-1:])
         x, out = x.swapaxes(-2, -3), out.swapaxes(-2, -3)
@@ -674,6 +676,17 @@ def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, position_ids: Any =
     ((1, 4, 6, 8), (1, 2, 6, 8))
     """
     del position_ids  # unused, as in transformers
+    if type(unsqueeze_dim) is int and type(cos) is _ND and type(sin) is _ND:
+        # plain arrays (a decode step is call overhead): the new axis by a
+        # reshape, then the fast road for q and k (both, or the long road)
+        cs, ss, nd = cos.shape, sin.shape, cos.ndim
+        a = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + nd + 1
+        if 0 <= a <= nd and cs == ss:
+            c, s = cos.reshape(cs[:a] + (1,) + cs[a:]), sin.reshape(cs[:a] + (1,) + cs[a:])
+            yq = _fast_road(_FAST_FWD, q, c, s, False, None, None)
+            yk = None if yq is None else _fast_road(_FAST_FWD, k, c, s, False, None, None)
+            if yk is not None:
+                return yq, yk
     q = _checks.float_operand(q, "q")
     k = _checks.float_operand(k, "k")
     cos = _checks.float_operand(cos, "cos")

@@ -355,8 +355,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
     _check(cos, "cos")
     _check(sin, "sin")
     if seq_axis is not None:    # singleton axes after the tables' position axis
-        from ._rope import _grow_tables, _seq_axis
-        cos, sin = _grow_tables(cos, sin, x.dim() - 2 - _seq_axis(seq_axis, x.dim()))
+        cos, sin = _rope_bits._grow_tables(
+            cos, sin, x.dim() - 2 - _rope_bits._seq_axis(seq_axis, x.dim()))
     return _apply_rope(x, cos, sin, bool(interleaved))
 
 

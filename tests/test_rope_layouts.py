@@ -425,6 +425,39 @@ def test_module_fast_road_meta_layout_and_apply_qk(rng, dtype, interleaved):
         rope.apply_qk(ro, np.ones((1, 2, 3, 16), dtype), inplace=True)
 
 
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2, -3, -2])
+def test_numpy_apply_rotary_pos_emb_fast_road(rng, unsqueeze_dim):
+    # HF's drop-in on plain arrays reshapes the tables and takes the fast
+    # road for q and k: HF's formula's values (cos/sin (batch, seq, d)
+    # unsqueezed at unsqueeze_dim: (b, h, s, d) at 1, (b, s, h, d) at 2),
+    # the long road's bits, and its errors
+    from posemb._rope import _FAST_FWD, _fast_road, _rotate_qk_unsqueezed
+
+    meta = unsqueeze_dim in (2, -2)
+    cos, sin = posemb.rope_cos_sin(np.arange(6)[None] + 3, 16)        # (1, 6, 16)
+    shape_q, shape_k = ((1, 6, 4, 16), (1, 6, 2, 16)) if meta else ((1, 4, 6, 16), (1, 2, 6, 16))
+    q = rng.standard_normal(shape_q).astype(np.float32)
+    k = rng.standard_normal(shape_k).astype(np.float32)
+    c4, s4 = np.expand_dims(cos, unsqueeze_dim), np.expand_dims(sin, unsqueeze_dim)
+    assert _fast_road(_FAST_FWD, q, c4, s4, False, None, None) is not None
+    gq, gk = posemb.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    lq, lk = _rotate_qk_unsqueezed(q, k, cos, sin, unsqueeze_dim)
+    np.testing.assert_array_equal(gq, lq)
+    np.testing.assert_array_equal(gk, lk)
+    for got, x in ((gq, q), (gk, k)):
+        hf = x * c4 + np.concatenate((-x[..., 8:], x[..., :8]), -1) * s4
+        np.testing.assert_allclose(got, hf, rtol=1e-6, atol=1e-6)
+        xs = x.swapaxes(1, 2) if meta else x
+        want = oracle(xs, np.arange(6) + 3, 16)
+        np.testing.assert_allclose(got, want.swapaxes(1, 2) if meta else want,
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="unsqueeze_dim"):
+        posemb.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=7)
+    with pytest.raises(ValueError, match="broadcast"):
+        posemb.apply_rotary_pos_emb(q, k[:, :4] if meta else k[:, :, :4], cos, sin,
+                                    unsqueeze_dim=unsqueeze_dim)
+
+
 def test_one_position_tables_on_a_large_array(rng):
     # above one thread's work the new-axis view is not taken (the C walk
     # splits work by positions): the long road broadcasts the tables, with
