@@ -393,7 +393,7 @@ class RoPE:
         tables: Any = self._cache.get((dt, None), _NO_TABLES)
         cos, sin = tables
         stop = offset + xs[-2 - k]
-        if len(cos) < stop:
+        if len(cos) < stop or not len(cos):     # (no tables made yet: _NO_TABLES)
             return None
         c, s = cos[offset:stop], sin[offset:stop]
         return _fast_call(_FAST_FWD[self.interleaved], x, c[:, None] if k else c,

@@ -419,6 +419,14 @@ def test_module_fast_road_meta_layout_and_apply_qk(rng, dtype, interleaved):
         np.testing.assert_array_equal(y, got)
     with pytest.raises(ValueError, match="same sequence length"):
         rope.apply_qk(np.ones((1, 4, 3, 16), dtype), np.ones((1, 2, 5, 16), dtype))
+    # found by the API fuzzer: no seq, and no tables made yet for x's dtype
+    other = np.float32 if dtype == np.float64 else np.float64
+    fresh = posemb.RoPE(16, 4, interleaved=interleaved, dtype=other)
+    for empty in (np.zeros((2, 0, 16), dtype), np.broadcast_to(dtype(0), (2, 0, 16))):
+        got = fresh(empty, offset=0)
+        assert got.shape == (2, 0, 16) and got.dtype == dtype
+        gq, gk = fresh.apply_qk(empty, empty, offset=0)
+        assert gq.shape == gk.shape == (2, 0, 16)
     ro = np.ones((1, 4, 3, 16), dtype)
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="q"):
