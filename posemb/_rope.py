@@ -81,12 +81,23 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
     dt = x.dtype
     if not ((dt is _F32 or dt is _F64 or dt is _F16) and cos.dtype is dt and sin.dtype is dt):
         return None
-    if seq_axis is not None:
-        nd = x.ndim
-        if type(seq_axis) is not int or not -nd <= seq_axis < nd - 1 or seq_axis == -1:
-            return None    # (the long road names what is wrong)
-        cos, sin = _grow_tables(cos, sin, nd - 2 - seq_axis % nd)
+    k = _seq_shift(seq_axis, x.ndim)
+    if k < 0:
+        return None        # (the long road names what is wrong)
+    cos, sin = _grow_tables(cos, sin, k)
     return _fast_call(ufuncs[interleaved], x, cos, sin, out)
+
+
+def _seq_shift(seq_axis: Any, nd: int) -> int:
+    """How many axes before an ``nd``-d x's second to last its ``seq_axis``
+    lies (0 for None), or -1 for anything but a plain int naming an axis
+    other than the last: the fast roads' test, the long road's _seq_axis
+    then names the fault."""
+    if seq_axis is None:
+        return 0
+    if type(seq_axis) is not int or not -nd <= seq_axis < nd:
+        return -1
+    return nd - 2 - seq_axis % nd
 
 
 def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: Any) -> Any:
@@ -122,7 +133,7 @@ def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out:
     if n == 1:
         cos, sin, cs, n = cos.reshape(1, -1), sin.reshape(1, -1), (1, cs[0]), 2
     # the view of x (0: as it is, 1: axes -2 and -3 swapped, 2: a new axis)
-    view = (0 if cs[-2] == xs[-2] else 1 if n >= 3 and cs[-2] == 1 and cs[-3] == xs[-3] != 1
+    view = (1 if n >= 3 and cs[-2] == 1 and cs[-3] == xs[-3] != 1 else 0 if cs[-2] == xs[-2]
             else 2 if cs[-2] == 1 and 2 * x.nbytes < _PARALLEL_MIN else -1)
     if view < 0 or (view == 0 and (nx < 3 or (n > 2 and cs[-3] != 1))):
         return None

@@ -16,7 +16,7 @@ import numpy as np
 from . import _checks
 from ._bfloat16 import accepts_bfloat16
 from ._rope import (_F16, _F32, _F64, _FAST_FWD, _apply, _fast_call, _kind, _seq_axis,
-                    _tables)
+                    _seq_shift, _tables)
 
 _NO_TABLES = ((), ())
 from ._conventions import rope_convention
@@ -384,10 +384,8 @@ class RoPE:
                 and self._plain_frequencies and not self.rotary_dim & 1):
             return None
         dt, xs = x.dtype, x.shape
-        nd = len(xs)
-        k = (0 if seq_axis is None else nd - 2 - seq_axis % nd
-             if type(seq_axis) is int and -nd <= seq_axis < nd else -1)
-        if not ((dt is _F32 or dt is _F64 or dt is _F16) and nd >= 3 and 0 <= k <= 1
+        k = _seq_shift(seq_axis, len(xs))
+        if not ((dt is _F32 or dt is _F64 or dt is _F16) and len(xs) >= 3 and 0 <= k <= 1
                 and xs[-1] == self.head_size):
             return None
         tables: Any = self._cache.get((dt, None), _NO_TABLES)
@@ -448,21 +446,24 @@ class RoPE:
         True
         """
         inplace = _checks.flag(inplace, "inplace")
-        sa = -2 if seq_axis is None else seq_axis
-        if (positions is None and type(q) is np.ndarray and type(k) is np.ndarray
-                and q.dtype is k.dtype and q.ndim == k.ndim and type(sa) is int
-                and -q.ndim <= sa < q.ndim and q.shape[sa] == k.shape[sa]
+        sk = _seq_shift(seq_axis, np.ndim(q))
+        if (positions is None and sk >= 0 and type(q) is np.ndarray and type(k) is np.ndarray
+                and q.dtype is k.dtype and q.ndim == k.ndim >= 2
+                and q.shape[-1] == k.shape[-1] and q.shape[-2 - sk] == k.shape[-2 - sk]
                 and (not inplace or (q.size and k.size and q.flags.writeable and k.flags.writeable
                                      and 0 not in q.strides and 0 not in k.strides
                                      and not np.may_share_memory(q, k)))):
             # a decode step: each through the fast road (both, or neither:
-            # what could refuse k is asked above; q and k alike)
+            # what could refuse k alone is asked above -- its head size,
+            # sequence length, dtype, memory -- and the views differ only by
+            # heads: one kv head, or k too large for the new-axis view,
+            # takes k alone on the long road)
             yq = self._fast(q, offset, seq_axis, q if inplace else None)
             if yq is not None:
                 yk = self._fast(k, offset, seq_axis, k if inplace else None)
                 if yk is not None:
                     return yq, yk
-                if inplace:     # (not seen: k's refusal is asked above) k alone
+                if inplace:     # (q is rotated already) k alone
                     return q, self._call_any(k, offset=offset, seq_axis=seq_axis, out=k)
         if inplace:
             for name, t in (("q", q), ("k", k)):

@@ -419,6 +419,23 @@ def test_module_fast_road_meta_layout_and_apply_qk(rng, dtype, interleaved):
         np.testing.assert_array_equal(y, got)
     with pytest.raises(ValueError, match="same sequence length"):
         rope.apply_qk(np.ones((1, 4, 3, 16), dtype), np.ones((1, 2, 5, 16), dtype))
+    # one kv head (multi-query attention) in Meta's layout, in place: the
+    # oracle's values for q and k alike
+    q1 = rng.standard_normal((2, 3, 4, 16)).astype(dtype)
+    k1 = rng.standard_normal((2, 3, 1, 16)).astype(dtype)
+    wq, wk = (oracle(a.swapaxes(1, 2), np.arange(7, 10), 16,
+                     interleaved=interleaved).swapaxes(1, 2) for a in (q1, k1))
+    assert rope._fast(k1, 7, 1, None) is not None
+    rq, rk = rope.apply_qk(q1, k1, offset=7, seq_axis=1, inplace=True)
+    assert rq is q1 and rk is k1
+    np.testing.assert_allclose(q1, wq, rtol=tol, atol=tol)
+    np.testing.assert_allclose(k1, wk, rtol=tol, atol=tol)
+    # a k the module refuses leaves q unrotated (nothing written before the error)
+    q2 = rng.standard_normal((1, 4, 3, 16)).astype(dtype)
+    q2_before = q2.copy()
+    with pytest.raises(ValueError, match="k"):
+        rope.apply_qk(q2, np.ones((1, 2, 3, 8), dtype), offset=7, inplace=True)
+    np.testing.assert_array_equal(q2, q2_before)
     # found by the API fuzzer: no seq, and no tables made yet for x's dtype
     other = np.float32 if dtype == np.float64 else np.float64
     fresh = posemb.RoPE(16, 4, interleaved=interleaved, dtype=other)

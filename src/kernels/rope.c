@@ -1776,9 +1776,9 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * (1, s, 32, 128) float32 in place, min of 31 runs, the
              * prefetch against none: s = 128 64-87 -> 51-68 us (HF's
              * layout 53-71), s = 512 282-331 -> 211-225 us (HF's 250-321),
-             * s = 2048 3.38-3.85 -> 2.33-2.71 ms; half the position, or
-             * 1 or 4 KiB of it, or 64 heads' bytes before each call of 8,
-             * 4 or 2 heads, between the two. */
+             * s = 2048 3.38-3.85 -> 2.33-2.71 ms; 1 or 4 KiB of the next
+             * position, or the heads' part of it before each call of 8, 4
+             * or 2 heads, between the two. */
             const ptrdiff_t span = g->x_h > 0 && g->x_s > 0 && g->x_inner > 0
                                        ? (g->H - 1) * g->x_h + g->d * g->x_inner : 0;
             const ptrdiff_t ahead =
