@@ -83,20 +83,42 @@ def test_unknown_level_warns_and_is_ignored():
     assert cfg["level"] == cfg["supported"]
 
 
+def _half_case():
+    """float16 rows for the learned kernels (F16C at the AVX2 level): NaNs with
+    payloads, infs, subnormals, overflow, and a tail after 8-value vectors."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 5, 21)) * 300).astype(np.float16)
+    x.view(np.uint16)[0, 0, :4] = [0x7c01, 0xfe55, 0x7c00, 0x0001]
+    x[0, 1, :3] = [65504, -65504, 6e-8]
+    w = (rng.standard_normal((7, 21)) * 300).astype(np.float16)
+    w[:, :3] = [65504, -65504, -6e-8]
+    return x, w, rng.integers(0, 7, (3, 5))
+
+
 def test_bits_do_not_depend_on_level():
     """A child at each level computes RoPE, sinusoidal and learned results
     whose bytes must equal this process's."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)
     cos, sin = posemb.rope_cos_sin(np.arange(300), 64)
-    here = [posemb.apply_rope(x, cos, sin).tobytes(),
-            posemb.sinusoidal(50, 40).tobytes()]
+    h = _half_case()
+    with np.errstate(over="ignore", invalid="ignore"):  # (float16 inf and NaN sums)
+        here = [posemb.apply_rope(x, cos, sin).tobytes(),
+                posemb.sinusoidal(50, 40).tobytes(),
+                posemb.learned_pe_forward(*h).tobytes(),
+                posemb.learned_pe_backward(h[0], h[2], num_positions=7).tobytes()]
     code = ("import sys, numpy as np, posemb\n"
             "rng = np.random.default_rng(3)\n"
             "x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)\n"
             "cos, sin = posemb.rope_cos_sin(np.arange(300), 64)\n"
             "sys.stdout.buffer.write(posemb.apply_rope(x, cos, sin).tobytes())\n"
-            "sys.stdout.buffer.write(posemb.sinusoidal(50, 40).tobytes())\n")
+            "sys.stdout.buffer.write(posemb.sinusoidal(50, 40).tobytes())\n"
+            "sys.path.insert(0, 'tests')\n"
+            "from test_cpu_dispatch import _half_case\n"
+            "h = _half_case()\n"
+            "sys.stdout.buffer.write(posemb.learned_pe_forward(*h).tobytes())\n"
+            "sys.stdout.buffer.write(posemb.learned_pe_backward(h[0], h[2], "
+            "num_positions=7).tobytes())\n")
     for level in ORDER:
         env = dict(os.environ, POSEMB_CPU=level, PYTHONPATH=ROOT)
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

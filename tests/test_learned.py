@@ -132,6 +132,19 @@ def test_backward_assign_ignores_prior_contents(rng, dtype, n, m):
         [np.arange(m), pos]).astype(np.int64), m, acc))
 
 
+def test_backward_assign_blocks_zero_rows_without_tokens(rng):
+    """Blocks of table rows (4 KiB rows, 4 tokens per row: several blocks
+    of L2's size): rows no token lands on, in every block, come out +0 from
+    a NaN-filled table, and the others as the serial loop's sums."""
+    d, m, n = 1024, 300, 1200
+    g = rng.standard_normal((n, d), dtype=np.float32)
+    pos = 2 * rng.integers(0, m // 2, n)                     # odd rows: no token
+    gw = np.full((m, d), np.nan, np.float32)
+    _core._learned_back(g, pos, gw, True)
+    np.testing.assert_array_equal(gw, _scatter_reference(g, pos, m, np.float32))
+    assert not np.signbit(gw[1::2]).any()
+
+
 def test_backward_negative_zero_and_specials_as_torch():
     """A row's first addend lands as 0 + g: -0 becomes +0, NaN/inf pass, as
     torch.zeros().index_add_ (and unlike a plain copy of the first row)."""
@@ -158,14 +171,14 @@ def _position_patterns(rng, m, n):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("d, m, n", [
-    (64, 3000, 4000),     # bucketed: parts cut by tokens + rows
-    (256, 2048, 8192),    # a cached table with 8 MiB of gradient: positions cut by work
+    (64, 3000, 4000),     # under 4 tokens per row: blocks of one row
+    (256, 2000, 8192),    # blocks of 256 rows (1 KiB rows, 512 KiB-1 MiB L2), the last short
 ])
 def test_backward_any_thread_count_same_bits(rng, threads, d, m, n):
-    """Every way the pool splits the backward (token + row parts of the
-    buckets; position ranges of a cached table, cut by their tokens + rows,
-    each part walking every token) gives the serial loop's bits, and
-    torch's, for any thread count and position pattern."""
+    """Every way the pool splits the backward (parts of whole blocks of
+    table rows, cut by their tokens + rows; blocks with no token, hot rows,
+    a short last block) gives the serial loop's bits, and torch's, for any
+    thread count and position pattern."""
     old = posemb.get_num_threads()
     try:
         posemb.set_num_threads(threads)
@@ -228,6 +241,34 @@ def test_float16(rng):
     gw = posemb.learned_pe_backward(g, pos, num_positions=10)
     assert gw.dtype == np.float16
     np.testing.assert_array_equal(gw, gw32.astype(np.float16))
+
+
+def test_float16_specials_and_vector_tails(rng):
+    """float16 rows of 8 values at a time plus a tail (the F16C kernels at the
+    AVX2 level, one value at a time below it): subnormals, sums that overflow
+    to inf or land on a float16 tie, inf and NaN, against PyTorch's float16
+    add (formed in float32, rounded once) and float32 sums rounded once."""
+    d, m = 19, 6
+    specials = np.array([np.inf, -np.inf, np.nan, 6.0e-8, -6.0e-8, 65504.0, 65504.0, 2050.0,
+                         1.0, 3.0e-5, -0.0, 0.0, 1.0e-7, 0.5, -65504.0, 7.0, 1.0, 2.0, 3.0],
+                        np.float16)
+    x = (rng.standard_normal((2, 5, d)) * 10).astype(np.float16)
+    x[0, 0] = specials
+    w = (rng.standard_normal((m, d)) * 10).astype(np.float16)
+    w[1] = np.array([1.0, 1.0, 1.0, 6.0e-8, 6.0e-8, 16.0, 32.0, 1.0] + [0.5] * 11, np.float16)
+    pos = rng.integers(0, m, (2, 5))
+    pos[0, 0] = 1
+    with np.errstate(over="ignore"):        # (65504 + 16: inf, as NumPy's float16 add)
+        y = posemb.learned_pe_forward(x, w, pos)
+    ref = (torch.from_numpy(x) + torch.from_numpy(w)[torch.from_numpy(pos)]).numpy()
+    np.testing.assert_array_equal(y, ref)
+    assert np.isinf(y[0, 0, 5]) and y[0, 0, 7] == 2052.0    # overflow; 2051: tie to even
+    g = x
+    gw = posemb.learned_pe_backward(g, pos, num_positions=m)
+    ref32 = torch.zeros(m, d).index_add_(0, torch.from_numpy(pos.reshape(-1)),
+                                         torch.from_numpy(g.reshape(-1, d).astype(np.float32)))
+    np.testing.assert_array_equal(gw, ref32.numpy().astype(np.float16))
+    assert np.isnan(gw[1, 2]) and np.isinf(gw[1, 0])
 
 
 def test_broadcast_positions_and_inputs(rng):
