@@ -143,18 +143,10 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     shape = (slopes.shape[0], q, k)
     if out is not None:
         out = _checks.out_array(out, shape)
-        if out.dtype != np.float16:
-            _core._alibi_bias(slopes, out, off, symmetric)
-            return out
-        dt = out.dtype
-    else:
-        dt = _checks.float_dtype(dtype)
-    work = np.float64 if dt == np.float16 else dt      # float16: round once from float64
-    _checks.check_result(shape, work, "slopes_or_num_heads, query_length and key_length",
-                         extra=0 if out is None and work == dt else _checks.nbytes(shape, dt))
-    res = np.empty(shape, dtype=work)
-    _core._alibi_bias(slopes, res, off, symmetric)
-    if out is not None:
-        np.copyto(out, res, casting="same_kind")
+        _core._alibi_bias(slopes, out, off, symmetric)
         return out
-    return res.astype(dt, copy=False)
+    dt = _checks.float_dtype(dtype)
+    _checks.check_result(shape, dt, "slopes_or_num_heads, query_length and key_length")
+    res = np.empty(shape, dtype=dt)
+    _core._alibi_bias(slopes, res, off, symmetric)
+    return res

@@ -549,15 +549,15 @@ PYFN(_shaw_embed) { return shaw_embed(args, 0); }
 PYFN(_shaw_embed_backward) { return shaw_embed(args, 1); }
 PYFN(_alibi_bias)
 {
-    arg sl = {"slopes", NPY_DOUBLE, 1, 0, 0}, out = {"out", REAL_FLOAT, 3, OUT, 0};
+    arg sl = {"slopes", NPY_DOUBLE, 1, 0, 0}, out = {"out", ANY_FLOAT, 3, OUT, 0};
     long long off;
     int sym, rc;
     PARSE("O&O&Lp:_alibi_bias", to_array, &sl, to_array, &out, &off, &sym);
     if (!SHAPE_IS(out, DIM(sl, 0), -1, -1) || !disjoint(&out, &sl) ||
         !extent_ok(off, DIM(out, 1), DIM(out, 2), PE_MAX_EXACT_DISTANCE))
         return NULL;
-    UNLOCKED(rc = TYPED2(ftype(&out), pe_alibi_bias, DIM(out, 0), DIM(out, 1), DIM(out, 2),
-                         off, DATA(sl), sym, DATA(out)));
+    UNLOCKED(rc = TYPED(ftype(&out), pe_alibi_bias, DIM(out, 0), DIM(out, 1), DIM(out, 2),
+                        off, DATA(sl), sym, DATA(out)));
     return rc < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
 }
 

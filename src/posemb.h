@@ -93,6 +93,8 @@ int pe_cpu_set_partial_lines(int v);
 /* ------------------------------------------------------------------ */
 float pe_half_to_float(uint16_t h);
 uint16_t pe_float_to_half(float f);
+/* float64 -> binary16 rounded once (nearest even), as NumPy's cast */
+uint16_t pe_double_to_half(double v);
 /* bfloat16 (the top 16 bits of a binary32) <-> float32, nearest even */
 float pe_bf16_to_float(uint16_t b);
 uint16_t pe_float_to_bf16(float f);
@@ -652,9 +654,13 @@ int pe_shaw_embed_back_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
 
 /*
  * out (heads, q, k) = -(m[h] * (p_i - j)), or -(m[h] * |p_i - j|) when
- * symmetric, p_i = query_offset + i; float64 product rounded once.
- * Returns 0, or -1 when scratch memory (O(q + k)) is not available.
+ * symmetric, p_i = query_offset + i; float64 product rounded once (to
+ * float16 too).  Returns 0, or -1 when scratch memory (O(q + k)) is not
+ * available.
  */
+int pe_alibi_bias_f16(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
+                      int64_t query_offset, const double *slopes,
+                      int symmetric, uint16_t *out);
 int pe_alibi_bias_f32(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
                       int64_t query_offset, const double *slopes,
                       int symmetric, float *out);

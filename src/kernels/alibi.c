@@ -18,10 +18,11 @@
  *   out[h, i, j] = -(m[h] * (p_i - j))       (causal form)
  *   out[h, i, j] = -(m[h] * |p_i - j|)       (symmetric)
  * with p_i = query_offset + i; the product is formed in float64 and
- * rounded once to T (a zero distance gives +0, not -0).  |query_offset| + q + k must stay below 2**53 so that
- * every distance is exact.  Returns 0, or -1 without scratch memory.
+ * rounded once to T, float16 too (a zero distance gives +0, not -0).
+ * |query_offset| + q + k must stay below 2**53 so that every distance is
+ * exact.  Returns 0, or -1 without scratch memory.
  */
-#define DEFINE_ALIBI_BIAS(T, SUF)                                             \
+#define DEFINE_ALIBI_BIAS(T, SUF, CVT)                                      \
 int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
                         int64_t query_offset, const double *slopes,           \
                         int symmetric, T *out)                                \
@@ -40,7 +41,7 @@ int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
             double d = (double)(query_offset - (int64_t)(t - (q - 1)));       \
             if (symmetric)                                                    \
                 d = fabs(d);                                                  \
-            diag[h * nd + t] = (T)(-(m * d) + 0.0); /* no -0 at i == j */     \
+            diag[h * nd + t] = CVT(-(m * d) + 0.0); /* no -0 at i == j */      \
         }                                                                     \
     }                                                                         \
     pe_toeplitz_fill(heads, q, k, (ptrdiff_t)sizeof(T), diag, out);          \
@@ -48,5 +49,9 @@ int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
     return 0;                                                                 \
 }
 
-DEFINE_ALIBI_BIAS(float, f32)
-DEFINE_ALIBI_BIAS(double, f64)
+#define CVT_f32(v) ((float)(v))
+#define CVT_f64(v) (v)
+
+DEFINE_ALIBI_BIAS(uint16_t, f16, pe_double_to_half)
+DEFINE_ALIBI_BIAS(float, f32, CVT_f32)
+DEFINE_ALIBI_BIAS(double, f64, CVT_f64)

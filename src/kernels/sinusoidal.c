@@ -35,50 +35,7 @@
 
 #include "posemb.h"
 
-/*
- * Given v, a double.  Returned: v rounded once to the nearest binary16,
- * ties to even (as NumPy's float64 -> float16 cast), straight from the
- * float64 bits (pe_float_to_half's method, 42 dropped bits instead of 13).
- */
-static uint16_t double_to_half(double v)
-{
-    uint64_t x, absx, r, rem, halfway;
-    uint16_t sign;
-    int shift;
-
-    memcpy(&x, &v, sizeof x);
-    sign = (uint16_t)((x >> 48) & 0x8000u);
-    absx = x & 0x7fffffffffffffffu;
-    if (absx >= 0x7ff0000000000000u) {                     /* inf or NaN */
-        if (absx == 0x7ff0000000000000u)
-            return (uint16_t)(sign | 0x7c00u);
-        return (uint16_t)(sign | 0x7e00u | ((absx >> 42) & 0x3ffu));
-    }
-    if (absx >= 0x40effe0000000000u)                       /* >= 65520: inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (absx < 0x3f10000000000000u) {                      /* < 2**-14 */
-        if (absx < 0x3e60000000000000u)                    /* < 2**-25: 0 */
-            return sign;
-        /* subnormal: round(|v| / 2**-24) = m * 2**(e - 1051), e <= 1008 */
-        shift = 1051 - (int)(absx >> 52);
-        r = (absx & 0xfffffffffffffu) | 0x10000000000000u;
-        rem = r & ((UINT64_C(1) << shift) - 1u);
-        halfway = UINT64_C(1) << (shift - 1);
-        r >>= shift;
-        if (rem > halfway || (rem == halfway && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    r = absx - 0x3f00000000000000u;                        /* rebias 1023 -> 15 */
-    rem = r & ((UINT64_C(1) << 42) - 1u);
-    r >>= 42;
-    halfway = UINT64_C(1) << 41;
-    if (rem > halfway || (rem == halfway && (r & 1u)))
-        r++;                                               /* may carry into e */
-    return (uint16_t)(sign | r);
-}
-
-#define TO_f16(v) double_to_half(v)
+#define TO_f16(v) pe_double_to_half(v)
 #define TO_f32(v) ((float)(v))
 #define TO_f64(v) (v)
 
@@ -463,7 +420,7 @@ void pe_sinusoidal_add_f16(const pe_sinusoidal_add_loop *L)
         const uint16_t xv = *(const uint16_t *)(const void *)(L->x + k * L->x_step);
         const double tv = *(const double *)(const void *)(L->t + k * L->t_step);
         *(uint16_t *)(void *)(L->y + k * L->y_step) =
-            double_to_half((double)pe_half_to_float(xv) + tv);
+            pe_double_to_half((double)pe_half_to_float(xv) + tv);
     }
 }
 
