@@ -83,16 +83,25 @@ def test_unknown_level_warns_and_is_ignored():
     assert cfg["level"] == cfg["supported"]
 
 
-def _half_case():
-    """float16 rows for the learned kernels (F16C at the AVX2 level): NaNs with
-    payloads, infs, subnormals, overflow, and a tail after 8-value vectors."""
+def _half_outputs():
+    """float16 results of the F16C kernels (at the AVX2 level; one value at a
+    time below it): learned forward and backward with NaN payloads, infs,
+    subnormals, overflow and a tail after 8-value vectors, and x + table in
+    float64 rounded once, for every float16 bit pattern of x."""
+    from posemb import _core
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((3, 5, 21)) * 300).astype(np.float16)
     x.view(np.uint16)[0, 0, :4] = [0x7c01, 0xfe55, 0x7c00, 0x0001]
     x[0, 1, :3] = [65504, -65504, 6e-8]
     w = (rng.standard_normal((7, 21)) * 300).astype(np.float16)
     w[:, :3] = [65504, -65504, -6e-8]
-    return x, w, rng.integers(0, 7, (3, 5))
+    pos = rng.integers(0, 7, (3, 5))
+    every = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(256, 256)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [posemb.learned_pe_forward(x, w, pos).tobytes(),
+                posemb.learned_pe_backward(x, pos, num_positions=7).tobytes(),
+                _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256))).tobytes(),
+                _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256)) * 1e-4).tobytes()]
 
 
 def test_bits_do_not_depend_on_level():
@@ -101,12 +110,8 @@ def test_bits_do_not_depend_on_level():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)
     cos, sin = posemb.rope_cos_sin(np.arange(300), 64)
-    h = _half_case()
-    with np.errstate(over="ignore", invalid="ignore"):  # (float16 inf and NaN sums)
-        here = [posemb.apply_rope(x, cos, sin).tobytes(),
-                posemb.sinusoidal(50, 40).tobytes(),
-                posemb.learned_pe_forward(*h).tobytes(),
-                posemb.learned_pe_backward(h[0], h[2], num_positions=7).tobytes()]
+    here = [posemb.apply_rope(x, cos, sin).tobytes(),
+            posemb.sinusoidal(50, 40).tobytes()] + _half_outputs()
     code = ("import sys, numpy as np, posemb\n"
             "rng = np.random.default_rng(3)\n"
             "x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)\n"
@@ -114,11 +119,8 @@ def test_bits_do_not_depend_on_level():
             "sys.stdout.buffer.write(posemb.apply_rope(x, cos, sin).tobytes())\n"
             "sys.stdout.buffer.write(posemb.sinusoidal(50, 40).tobytes())\n"
             "sys.path.insert(0, 'tests')\n"
-            "from test_cpu_dispatch import _half_case\n"
-            "h = _half_case()\n"
-            "sys.stdout.buffer.write(posemb.learned_pe_forward(*h).tobytes())\n"
-            "sys.stdout.buffer.write(posemb.learned_pe_backward(h[0], h[2], "
-            "num_positions=7).tobytes())\n")
+            "from test_cpu_dispatch import _half_outputs\n"
+            "sys.stdout.buffer.write(b''.join(_half_outputs()))\n")
     for level in ORDER:
         env = dict(os.environ, POSEMB_CPU=level, PYTHONPATH=ROOT)
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

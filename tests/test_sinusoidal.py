@@ -301,8 +301,8 @@ def test_float16_rounding_matches_numpy_cast(rng):
     values = np.concatenate([h, (h[:-1] + h[1:]) / 2, nxt, -h, special,
                              rng.standard_normal(10000) * 10.0 ** rng.uniform(-9, 5, 10000)])
     for t in (values, -values):
-        y = _core.sinusoidal_add_rows(np.zeros((1, t.size), np.float16), t[None])[0]
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):           # (overflow to inf, as NumPy's cast)
+            y = _core.sinusoidal_add_rows(np.zeros((1, t.size), np.float16), t[None])[0]
             expect = (0.0 + t).astype(np.float16)          # +0 + -0 is +0
         np.testing.assert_array_equal(y.view(np.uint16), expect.view(np.uint16))
     assert np.isnan(_core.sinusoidal_add_rows(np.zeros((1, 1), np.float16), np.array([[np.nan]])))[0, 0]

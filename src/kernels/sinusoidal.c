@@ -203,8 +203,9 @@ static struct {
     row_fn_f32 row_f32;
     row_fn_f64 row_f64;
     add_row_fn add_nt[2];      /* float32, float64; NULL: no streaming stores */
+    void (*add_f16)(const pe_sinusoidal_add_loop *);
 } sinusoidal_table = {sinusoidal_row_f16, sinusoidal_row_f32, sinusoidal_row_f64,
-                      {NULL, NULL}};
+                      {NULL, NULL}, pe_sinusoidal_add_f16};
 
 #if defined(PE_X86_SIMD)
 #define DEFINE_SINUSOIDAL_ROWS(T, SUF)                                        \
@@ -474,6 +475,61 @@ DEFINE_ADD_NT(add_nt_f32_avx512, __attribute__((target("avx512f"))), float,
               __m512, 64, 16, _mm512_loadu_ps, _mm512_add_ps, _mm512_stream_ps)
 DEFINE_ADD_NT(add_nt_f64_avx512, __attribute__((target("avx512f"))), double,
               __m512d, 64, 8, _mm512_loadu_pd, _mm512_add_pd, _mm512_stream_pd)
+
+/*
+ * float16 x + float64 table, 8 values at a time (F16C, the AVX2 level), as
+ * pe_sinusoidal_add_f16: the sum is formed in float64 (x widens exactly)
+ * and rounded once to binary16.  That one rounding is made of two: to
+ * float32 rounding to odd (truncate, then set the last bit if anything was
+ * dropped), then to binary16 to nearest even.  float32 keeps 13 more bits
+ * than binary16, so the second rounding sees the first one's inexactness
+ * in that sticky bit and gives the correctly rounded result (Boldo and
+ * Melquiond, "Emulation of FMA and correctly rounded sums: proved
+ * algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
+ * NaNs keep their sign and top payload bits, made quiet, as
+ * pe_double_to_half; overflow gives inf, underflow a signed zero.
+ */
+__attribute__((target("avx2,f16c")))
+static inline __m128 pd_to_ps_odd(__m256d d)
+{
+    const __m128 f = _mm256_cvtpd_ps(d);                   /* nearest even */
+    const __m256d back = _mm256_cvtps_pd(f);
+    const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+    /* rounded away from zero (|f| > |d|) or inexact; false for NaN */
+    const __m256i away = _mm256_castpd_si256(
+        _mm256_cmp_pd(_mm256_and_pd(back, abs), _mm256_and_pd(d, abs), _CMP_GT_OQ));
+    const __m256i inexact = _mm256_castpd_si256(_mm256_cmp_pd(back, d, _CMP_NEQ_OQ));
+    const __m256i low = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);   /* 64 -> 32-bit masks */
+    __m128i bits = _mm_add_epi32(_mm_castps_si128(f), _mm256_castsi256_si128(
+                                     _mm256_permutevar8x32_epi32(away, low)));   /* truncated */
+    bits = _mm_or_si128(bits, _mm_srli_epi32(_mm256_castsi256_si128(
+                                  _mm256_permutevar8x32_epi32(inexact, low)), 31));
+    return _mm_castsi128_ps(bits);
+}
+
+__attribute__((target("avx2,f16c")))
+static void sinusoidal_add_f16_f16c(const pe_sinusoidal_add_loop *L)
+{
+    const uint16_t *x = (const uint16_t *)(const void *)L->x;
+    const double *t = (const double *)(const void *)L->t;
+    uint16_t *y = (uint16_t *)(void *)L->y;
+    ptrdiff_t k = 0;
+    if (L->x_step != 2 || L->t_step != 8 || L->y_step != 2) {
+        pe_sinusoidal_add_f16(L);
+        return;
+    }
+    for (; k + 8 <= L->n; k += 8) {
+        const __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(x + k)));
+        const __m256d s0 = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(xf)),
+                                         _mm256_loadu_pd(t + k));
+        const __m256d s1 = _mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(xf, 1)),
+                                         _mm256_loadu_pd(t + k + 4));
+        const __m256 f = _mm256_set_m128(pd_to_ps_odd(s1), pd_to_ps_odd(s0));
+        _mm_storeu_si128((__m128i *)(void *)(y + k), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; k < L->n; k++)
+        y[k] = pe_double_to_half((double)pe_half_to_float(x[k]) + t[k]);
+}
 #endif
 
 const char *pe_sinusoidal_dispatch(int level)
@@ -482,10 +538,12 @@ const char *pe_sinusoidal_dispatch(int level)
     sinusoidal_table.row_f32 = sinusoidal_row_f32;
     sinusoidal_table.row_f64 = sinusoidal_row_f64;
     sinusoidal_table.add_nt[0] = sinusoidal_table.add_nt[1] = NULL;
+    sinusoidal_table.add_f16 = pe_sinusoidal_add_f16;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {   /* float16 stays at AVX2 (F16C) on AVX-512 */
         const int z = level >= PE_CPU_AVX512;
         sinusoidal_table.row_f16 = sinusoidal_row_f16_avx2;
+        sinusoidal_table.add_f16 = sinusoidal_add_f16_f16c;
         sinusoidal_table.row_f32 = z ? sinusoidal_row_f32_avx512 : sinusoidal_row_f32_avx2;
         sinusoidal_table.row_f64 = z ? sinusoidal_row_f64_avx512 : sinusoidal_row_f64_avx2;
         sinusoidal_table.add_nt[0] = z ? add_nt_f32_avx512 : add_nt_f32_avx2;
@@ -599,7 +657,7 @@ void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
     if (g->B <= 0 || g->S <= 0 || g->D <= 0)
         return;
     j.g = *g;
-    j.fn = kind == 2 ? pe_sinusoidal_add_f16
+    j.fn = kind == 2 ? sinusoidal_table.add_f16
          : kind == 4 ? pe_sinusoidal_add_f32 : pe_sinusoidal_add_f64;
     j.nt = NULL;
     /* the inner loop should run along the contiguous axis of x and y */
