@@ -18,6 +18,6 @@ for level in $levels; do
   echo "=== POSEMB_CPU=$level"
   POSEMB_CPU=$level python -m pytest -q -p no:cacheprovider tests/test_cpu_dispatch.py \
     tests/test_rope.py tests/test_rope_overlap.py tests/test_rope_variants.py tests/test_rope_layouts.py \
-    tests/test_rope_halfprec.py \
+    tests/test_rope_halfprec.py tests/test_relative.py \
     tests/test_sinusoidal.py tests/test_learned.py "$@"
 done

@@ -218,7 +218,7 @@ def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length:
     if g.ndim > 3:
         g = g.sum(axis=tuple(range(g.ndim - 3)), dtype=np.float64)   # no reshape(-1): size 0
     work = np.float64 if g.dtype == np.float64 else np.float32
-    g = _checks.c_array(g, work)
+    g = _checks.c_array(g)                      # float16: widened by the kernel
     _checks.check_result((nbk, g.shape[0]), work, "num_buckets", copies=2)
     out = np.empty((nbk, g.shape[0]), dtype=work)
     _core._t5_bias_backward(g, out, bidirectional, md, off)
@@ -308,7 +308,7 @@ def relative_embeddings_backward(grad: Any, max_relative_position: int,
             f"grad must have shape (query_length={q}, key_length={k}, dim), got {g.shape}")
     dtype = g.dtype
     work = np.float64 if dtype == np.float64 else np.float32
-    g = _checks.c_array(g, work)
+    g = _checks.c_array(g)                      # float16: widened by the kernel
     _checks.check_result((2 * K + 1, g.shape[2]), work, "max_relative_position", copies=2)
     out = np.empty((2 * K + 1, g.shape[2]), dtype=work)
     _core._shaw_embed_backward(g, out)

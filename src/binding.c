@@ -472,14 +472,22 @@ PYFN(_t5_bucket)
     return PyMem_Free((void *)spec.bound), Py_NewRef(Py_None);
 }
 
+/* The output type for input in: the same, but a gradient (backward) of
+ * float16 sums into float32. */
+static int out_type(const arg *in, int backward)
+{
+    const int t = PyArray_TYPE(in->a);
+    return backward && t == NPY_HALF ? NPY_FLOAT : t;
+}
+
 /* _t5_bias(table, out, bidirectional, max_distance, query_offset) and
  * _t5_bias_backward(grad, out, ...): table (num_buckets, heads) <-> bias
- * (heads, q, k), one float dtype. */
+ * (heads, q, k), one float dtype (a float16 grad: a float32 out). */
 static PyObject *t5_bias(PyObject *args, int backward)
 {
-    const int ft = backward ? REAL_FLOAT : ANY_FLOAT;
-    arg tab = {backward ? "out" : "table", ft, 2, backward ? OUT : 0, 0};
-    arg bias = {backward ? "grad_bias" : "out", ft, 3, backward ? 0 : OUT, 0};
+    arg tab = {backward ? "out" : "table", backward ? REAL_FLOAT : ANY_FLOAT, 2,
+               backward ? OUT : 0, 0};
+    arg bias = {backward ? "grad_bias" : "out", ANY_FLOAT, 3, backward ? 0 : OUT, 0};
     arg *in = backward ? &bias : &tab, *out = backward ? &tab : &bias;
     int bi, rc;
     long long md, off;
@@ -487,13 +495,13 @@ static PyObject *t5_bias(PyObject *args, int backward)
     PARSE(backward ? "O&O&pLL:_t5_bias_backward" : "O&O&pLL:_t5_bias", to_array, in,
           to_array, out, &bi, &md, &off);
     const npy_intp heads = DIM(tab, 1), q = DIM(bias, 1), k = DIM(bias, 2);
-    if (!same_type(out, PyArray_TYPE(in->a)) || !disjoint(out, in) ||
+    if (!same_type(out, out_type(in, backward)) || !disjoint(out, in) ||
         !(backward ? SHAPE_IS(tab, -1, DIM(bias, 0)) : SHAPE_IS(bias, heads, -1, -1)) ||
         !extent_ok(off, q, k, PE_MAX_EXTENT) ||
         t5_spec(&spec, bi, DIM(tab, 0), md) < 0)
         return NULL;
-    UNLOCKED(rc = backward ? TYPED2(ftype(&tab), pe_t5_bias_back, &spec, heads, q, k, off,
-                                    DATA(bias), DATA(tab))
+    UNLOCKED(rc = backward ? TYPED(ftype(&bias), pe_t5_bias_back, &spec, heads, q, k, off,
+                                   DATA(bias), DATA(tab))
                            : TYPED(ftype(&tab), pe_t5_bias, &spec, heads, q, k, off, DATA(tab),
                                    DATA(bias)));
     PyMem_Free((void *)spec.bound);
@@ -517,17 +525,18 @@ PYFN(_shaw_index)
 }
 
 /* _shaw_embed(table, out) and _shaw_embed_backward(grad, out): table
- * (2K + 1, dim) <-> embeddings (q, k, dim), one float dtype. */
+ * (2K + 1, dim) <-> embeddings (q, k, dim), one float dtype (a float16 grad:
+ * a float32 out). */
 static PyObject *shaw_embed(PyObject *args, int backward)
 {
-    const int ft = backward ? REAL_FLOAT : ANY_FLOAT;
-    arg tab = {backward ? "out" : "table", ft, 2, backward ? OUT : 0, 0};
-    arg emb = {backward ? "grad" : "out", ft, 3, backward ? 0 : OUT, 0};
+    arg tab = {backward ? "out" : "table", backward ? REAL_FLOAT : ANY_FLOAT, 2,
+               backward ? OUT : 0, 0};
+    arg emb = {backward ? "grad" : "out", ANY_FLOAT, 3, backward ? 0 : OUT, 0};
     arg *in = backward ? &emb : &tab, *out = backward ? &tab : &emb;
     int rc = 0;
     PARSE(backward ? "O&O&:_shaw_embed_backward" : "O&O&:_shaw_embed", to_array, in,
           to_array, out);
-    if (!same_type(out, PyArray_TYPE(in->a)) || !disjoint(out, in) ||
+    if (!same_type(out, out_type(in, backward)) || !disjoint(out, in) ||
         !SHAPE_IS(emb, -1, -1, DIM(tab, 1)) ||
         !extent_ok(0, DIM(emb, 0), DIM(emb, 1), PE_MAX_EXTENT) ||
         !(DIM(tab, 0) % 2 == 1 ||
@@ -537,8 +546,8 @@ static PyObject *shaw_embed(PyObject *args, int backward)
         return memset(DATA(tab), 0, backward ? (size_t)PyArray_NBYTES(tab.a) : 0),
                Py_NewRef(Py_None);
     if (backward)
-        UNLOCKED(rc = TYPED2(ftype(&tab), pe_shaw_embed_back, DIM(emb, 0), DIM(emb, 1),
-                             DIM(tab, 0) / 2, DIM(tab, 1), DATA(emb), DATA(tab)));
+        UNLOCKED(rc = TYPED(ftype(&emb), pe_shaw_embed_back, DIM(emb, 0), DIM(emb, 1),
+                            DIM(tab, 0) / 2, DIM(tab, 1), DATA(emb), DATA(tab)));
     else  /* (a gather: cannot fail) */
         UNLOCKED(TYPED(ftype(&tab), pe_shaw_embed, DIM(emb, 0), DIM(emb, 1), DIM(tab, 0) / 2,
                        DIM(tab, 1), DATA(tab), DATA(emb)));

@@ -95,6 +95,8 @@ float pe_half_to_float(uint16_t h);
 uint16_t pe_float_to_half(float f);
 /* float64 -> binary16 rounded once (nearest even), as NumPy's cast */
 uint16_t pe_double_to_half(double v);
+/* n binary16 values widened to float (F16C at the AVX2 level) */
+void pe_half_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n);
 /* bfloat16 (the top 16 bits of a binary32) <-> float32, nearest even */
 float pe_bf16_to_float(uint16_t b);
 uint16_t pe_float_to_bf16(float f);
@@ -621,7 +623,11 @@ int pe_t5_bias_f64(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
                    ptrdiff_t k, int64_t query_offset, const double *table,
                    double *out);
 
-/* table_grad (num_buckets, heads) = scatter-add of grad (heads, q, k). */
+/* table_grad (num_buckets, heads) = scatter-add of grad (heads, q, k);
+ * float16 gradients give a float32 table_grad. */
+int pe_t5_bias_back_f16(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                        ptrdiff_t k, int64_t query_offset, const uint16_t *grad,
+                        float *table_grad);
 int pe_t5_bias_back_f32(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
                         ptrdiff_t k, int64_t query_offset, const float *grad,
                         float *table_grad);
@@ -633,7 +639,8 @@ int pe_t5_bias_back_f64(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
  * Shaw et al.: query i at key position k - q + i, key j, clip K:
  *   idx(i, j) = clip(j - (k - q + i), -K, K) + K
  * index: out (q, k) = idx; embed: out (q, k, dim) = table[idx] with table
- * (2K + 1, dim); embed_back: table_grad = scatter-add of grad (q, k, dim).
+ * (2K + 1, dim); embed_back: table_grad = scatter-add of grad (q, k, dim)
+ * (a float32 table_grad for float16 gradients).
  */
 void pe_shaw_index_i64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, int64_t *out);
 void pe_shaw_embed_f16(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
@@ -642,6 +649,8 @@ void pe_shaw_embed_f32(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
                        const float *table, float *out);
 void pe_shaw_embed_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
                        const double *table, double *out);
+int pe_shaw_embed_back_f16(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
+                           ptrdiff_t dim, const uint16_t *grad, float *table_grad);
 int pe_shaw_embed_back_f32(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
                            ptrdiff_t dim, const float *grad, float *table_grad);
 int pe_shaw_embed_back_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,

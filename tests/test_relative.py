@@ -164,6 +164,29 @@ def test_t5_bias_backward_float16_and_empty():
     np.testing.assert_array_equal(z, np.zeros((8, 3)))
 
 
+def test_float16_gradients_widen_exactly():
+    """float16 gradients are widened in the kernels (8 values at a time by F16C
+    at the AVX2 level, one at a time below it; rows not a multiple of 8): the
+    tables equal the float64 sums of the same values rounded to float32, then
+    float16, as torch's float64 autograd rounded."""
+    rng = np.random.default_rng(11)
+    g = (rng.standard_normal((3, 9, 21)) * 10).astype(np.float16)
+    g.view(np.uint16)[0, 0, :3] = [0x0001, 0x83ff, 0x5bff]      # subnormals, 255.9
+    weight = torch.zeros(32, 3, dtype=torch.float64, requires_grad=True)
+    (hf_compute_bias(weight, 9, 21, True, 32, 128, 0) *
+     torch.from_numpy(g.astype(np.float64))).sum().backward()
+    got = posemb.t5_relative_bias_backward(g, num_buckets=32, query_length=9, key_length=21)
+    np.testing.assert_array_equal(got, weight.grad.numpy().astype(np.float32).astype(np.float16))
+    q, k, K = 9, 13, 3
+    g = (rng.standard_normal((q, k, 11)) * 10).astype(np.float16)
+    g.view(np.uint16)[0, 0, :3] = [0x0001, 0x83ff, 0x5bff]
+    t = torch.zeros(2 * K + 1, 11, dtype=torch.float64, requires_grad=True)
+    (t[shaw_index(q, k, K)] * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    got = posemb.relative_embeddings_backward(g, K, q, k)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, t.grad.numpy().astype(np.float32).astype(np.float16))
+
+
 # ---------------------------------------------------------------- Shaw
 
 @pytest.mark.parametrize("q,k,K", [(6, 6, 2), (6, 6, 10), (1, 9, 3), (4, 10, 0),

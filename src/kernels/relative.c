@@ -197,35 +197,41 @@ DEFINE_T5_BIAS(double, f64)
  *   table_grad[b, h] = sum over (i, j) with bucket(j - query_offset - i) = b
  *                      of grad[h, i, j]
  * (a scatter-add).  Each diagonal is summed first, then the diagonals of a
- * bucket; all sums are in float64, rounded once to T.
+ * bucket; all sums are in float64, rounded once to T.  A float16 grad (TG)
+ * is widened a row at a time (exactly) and gives a float32 table_grad.
  * Returns 0, or -1 if scratch memory could not be allocated.
  */
-#define DEFINE_T5_BIAS_BACK(T, SUF)                                           \
+#define DEFINE_T5_BIAS_BACK(TG, T, SUF, TC, ROW)                              \
 int pe_t5_bias_back_##SUF(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,  \
-                          ptrdiff_t k, int64_t query_offset, const T *grad,   \
+                          ptrdiff_t k, int64_t query_offset, const TG *grad,  \
                           T *table_grad)                                      \
 {                                                                             \
     const ptrdiff_t nd = q + k - 1, nbk = (ptrdiff_t)s->num_buckets;          \
     int64_t *bucket = NULL;                                                   \
     double *diag = NULL, *acc;                                                \
+    TC *wide = NULL;                    /* a widened row (float16 grad) */    \
     acc = (double *)calloc((size_t)(nbk * heads) + 1, sizeof(double));        \
     if (acc == NULL)                                                          \
         return -1;                                                            \
     if (heads > 0 && q > 0 && k > 0) {                                        \
         bucket = diagonal_buckets(s, q, k, query_offset);                     \
         diag = (double *)malloc((size_t)nd * sizeof(double));                 \
-        if (bucket == NULL || diag == NULL) {                                 \
+        if (sizeof(TG) != sizeof(TC))                                         \
+            wide = (TC *)malloc((size_t)k * sizeof(TC));                      \
+        if (bucket == NULL || diag == NULL ||                                 \
+            (sizeof(TG) != sizeof(TC) && wide == NULL)) {                     \
             free(bucket);                                                     \
             free(diag);                                                       \
+            free(wide);                                                       \
             free(acc);                                                        \
             return -1;                                                        \
         }                                                                     \
         for (ptrdiff_t h = 0; h < heads; h++) {                               \
-            const T *g = grad + h * q * k;                                    \
+            const TG *g = grad + h * q * k;                                   \
             memset(diag, 0, (size_t)nd * sizeof(double));                     \
             for (ptrdiff_t i = 0; i < q; i++) {                               \
                 double *d = diag + (q - 1 - i);                               \
-                const T *row = g + i * k;                                     \
+                const TC *row = ROW(g + i * k, wide, k);                      \
                 for (ptrdiff_t j = 0; j < k; j++)                             \
                     d[j] += (double)row[j];                                   \
             }                                                                 \
@@ -237,12 +243,18 @@ int pe_t5_bias_back_##SUF(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,  \
         table_grad[e] = (T)acc[e];                                            \
     free(bucket);                                                             \
     free(diag);                                                               \
+    free(wide);                                                               \
     free(acc);                                                                \
     return 0;                                                                 \
 }
 
-DEFINE_T5_BIAS_BACK(float, f32)
-DEFINE_T5_BIAS_BACK(double, f64)
+/* a gradient row as the compute type: itself, or float16 widened into wide */
+#define ROW_AS_IS(row, wide, n) (row)
+#define ROW_WIDENED(row, wide, n) (pe_half_to_float_run((row), (wide), (n)), (const float *)(wide))
+
+DEFINE_T5_BIAS_BACK(uint16_t, float, f16, float, ROW_WIDENED)
+DEFINE_T5_BIAS_BACK(float, float, f32, float, ROW_AS_IS)
+DEFINE_T5_BIAS_BACK(double, double, f64, double, ROW_AS_IS)
 
 /* ------------------------------------------------------------------ */
 /* Shaw et al. relative embeddings                                      */
@@ -320,19 +332,25 @@ DEFINE_SHAW_EMBED(double, f64)
  * Given: grad (q, k, dim) of pe_shaw_embed's output, K.
  * Returned: table_grad (2K + 1, dim),
  *   table_grad[r, :] = sum over (i, j) with idx(i, j) = r of grad[i, j, :]
- * accumulated in float64 and rounded once to T.
+ * accumulated in float64 and rounded once to T (float32 for a float16 grad,
+ * widened exactly a query row at a time).
  * Returns 0, or -1 if scratch memory could not be allocated.
  */
-#define DEFINE_SHAW_EMBED_BACK(T, SUF)                                        \
+#define DEFINE_SHAW_EMBED_BACK(TG, T, SUF, TC, ROW)                           \
 int pe_shaw_embed_back_##SUF(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,           \
-                             ptrdiff_t dim, const T *grad, T *table_grad)     \
+                             ptrdiff_t dim, const TG *grad, T *table_grad)    \
 {                                                                             \
     const ptrdiff_t rows = 2 * K + 1;                                         \
     double *acc = (double *)calloc((size_t)(rows * dim) + 1, sizeof(double)); \
-    if (acc == NULL)                                                          \
+    TC *wide = sizeof(TG) == sizeof(TC) ? NULL                                \
+             : (TC *)malloc((size_t)(k * dim) * sizeof(TC) + 1);              \
+    if (acc == NULL || (sizeof(TG) != sizeof(TC) && wide == NULL)) {          \
+        free(acc);                                                            \
+        free(wide);                                                           \
         return -1;                                                            \
+    }                                                                         \
     for (ptrdiff_t i = 0; i < q; i++) {                                       \
-        const T *g = grad + i * k * dim;                                      \
+        const TC *g = ROW(grad + i * k * dim, wide, k * dim);                 \
         const ptrdiff_t p = k - q + i;                                        \
         ptrdiff_t mid, end, j;                                                \
         double *first = acc, *last = acc + 2 * K * dim;                       \
@@ -342,7 +360,7 @@ int pe_shaw_embed_back_##SUF(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,           \
                 first[c] += (double)g[j * dim + c];                           \
         {                                                                     \
             double *a = acc + (mid - p + K) * dim;                            \
-            const T *gm = g + mid * dim;                                      \
+            const TC *gm = g + mid * dim;                                     \
             for (ptrdiff_t e = 0; e < (end - mid) * dim; e++)                 \
                 a[e] += (double)gm[e];                                        \
         }                                                                     \
@@ -353,8 +371,10 @@ int pe_shaw_embed_back_##SUF(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,           \
     for (ptrdiff_t e = 0; e < rows * dim; e++)                                \
         table_grad[e] = (T)acc[e];                                            \
     free(acc);                                                                \
+    free(wide);                                                               \
     return 0;                                                                 \
 }
 
-DEFINE_SHAW_EMBED_BACK(float, f32)
-DEFINE_SHAW_EMBED_BACK(double, f64)
+DEFINE_SHAW_EMBED_BACK(uint16_t, float, f16, float, ROW_WIDENED)
+DEFINE_SHAW_EMBED_BACK(float, float, f32, float, ROW_AS_IS)
+DEFINE_SHAW_EMBED_BACK(double, double, f64, double, ROW_AS_IS)
