@@ -86,8 +86,9 @@ def test_unknown_level_warns_and_is_ignored():
 def _half_outputs():
     """float16 results of the F16C kernels (at the AVX2 level; one value at a
     time below it): learned forward and backward with NaN payloads, infs,
-    subnormals, overflow and a tail after 8-value vectors, and x + table in
-    float64 rounded once, for every float16 bit pattern of x."""
+    subnormals, overflow and a tail after 8-value vectors; x + table in
+    float64 rounded once, for every float16 bit pattern of x; sinusoidal
+    tables (both layouts, an odd width) rounded once from float64."""
     from posemb import _core
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((3, 5, 21)) * 300).astype(np.float16)
@@ -101,7 +102,9 @@ def _half_outputs():
         return [posemb.learned_pe_forward(x, w, pos).tobytes(),
                 posemb.learned_pe_backward(x, pos, num_positions=7).tobytes(),
                 _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256))).tobytes(),
-                _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256)) * 1e-4).tobytes()]
+                _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256)) * 1e-4).tobytes(),
+                posemb.sinusoidal(300, 45, start=1000, dtype=np.float16).tobytes(),
+                posemb.sinusoidal(300, 45, layout="concat", dtype=np.float16).tobytes()]
 
 
 def test_bits_do_not_depend_on_level():

@@ -84,6 +84,77 @@ ATTR static void NAME(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim,   \
 #include <immintrin.h>
 #define PE_AVX512 __attribute__((target("avx512f")))
 
+/*
+ * float16 from float64 values, 4 or 8 at a time (F16C, the AVX2 level), as
+ * pe_double_to_half: the table rows and x + table (formed in float64; x
+ * widens exactly) are rounded once to binary16.  That one rounding is made
+ * of two: to
+ * float32 rounding to odd (truncate, then set the last bit if anything was
+ * dropped), then to binary16 to nearest even.  float32 keeps 13 more bits
+ * than binary16, so the second rounding sees the first one's inexactness
+ * in that sticky bit and gives the correctly rounded result (Boldo and
+ * Melquiond, "Emulation of FMA and correctly rounded sums: proved
+ * algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
+ * NaNs keep their sign and top payload bits, made quiet, as
+ * pe_double_to_half; overflow gives inf, underflow a signed zero.
+ */
+__attribute__((target("avx2,f16c")))
+static inline __m128 pd_to_ps_odd(__m256d d)
+{
+    const __m128 f = _mm256_cvtpd_ps(d);                   /* nearest even */
+    const __m256d back = _mm256_cvtps_pd(f);
+    const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+    /* rounded away from zero (|f| > |d|) or inexact; false for NaN */
+    const __m256i away = _mm256_castpd_si256(
+        _mm256_cmp_pd(_mm256_and_pd(back, abs), _mm256_and_pd(d, abs), _CMP_GT_OQ));
+    const __m256i inexact = _mm256_castpd_si256(_mm256_cmp_pd(back, d, _CMP_NEQ_OQ));
+    const __m256i low = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);   /* 64 -> 32-bit masks */
+    __m128i bits = _mm_add_epi32(_mm_castps_si128(f), _mm256_castsi256_si128(
+                                     _mm256_permutevar8x32_epi32(away, low)));   /* truncated */
+    bits = _mm_or_si128(bits, _mm_srli_epi32(_mm256_castsi256_si128(
+                                  _mm256_permutevar8x32_epi32(inexact, low)), 31));
+    return _mm_castsi128_ps(bits);
+}
+
+
+/* The float16 rows: DEFINE_SINUSOIDAL_ROW's products and sums, 4
+ * frequencies at a time, rounded once through pd_to_ps_odd and F16C. */
+__attribute__((target("avx2,f16c")))
+static void sinusoidal_row_f16_f16c(ptrdiff_t f0, ptrdiff_t f1, ptrdiff_t dim, int concat,
+                                    const double *restrict sa, const double *restrict ca,
+                                    const double *restrict sb, const double *restrict cb,
+                                    uint16_t *restrict row)
+{
+    const ptrdiff_t h = dim / 2, m = (f1 < h ? f1 : h) - f0;
+    ptrdiff_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        const __m256d a = _mm256_loadu_pd(sa + i), c = _mm256_loadu_pd(ca + i);
+        const __m256d b = _mm256_loadu_pd(sb + i), d = _mm256_loadu_pd(cb + i);
+        const __m128 s4 = pd_to_ps_odd(_mm256_add_pd(_mm256_mul_pd(a, d), _mm256_mul_pd(c, b)));
+        const __m128 c4 = pd_to_ps_odd(_mm256_sub_pd(_mm256_mul_pd(c, d), _mm256_mul_pd(a, b)));
+        if (concat) {
+            _mm_storel_epi64((__m128i *)(void *)(row + f0 + i),
+                             _mm_cvtps_ph(s4, _MM_FROUND_TO_NEAREST_INT));
+            _mm_storel_epi64((__m128i *)(void *)(row + h + f0 + i),
+                             _mm_cvtps_ph(c4, _MM_FROUND_TO_NEAREST_INT));
+        } else {
+            const __m256 sc = _mm256_set_m128(_mm_unpackhi_ps(s4, c4), _mm_unpacklo_ps(s4, c4));
+            _mm_storeu_si128((__m128i *)(void *)(row + 2 * (f0 + i)),
+                             _mm256_cvtps_ph(sc, _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+    for (; i < m; i++) {
+        const uint16_t sv = TO_f16(sa[i] * cb[i] + ca[i] * sb[i]);
+        const uint16_t cv = TO_f16(ca[i] * cb[i] - sa[i] * sb[i]);
+        row[concat ? f0 + i : 2 * (f0 + i)] = sv;
+        row[concat ? h + f0 + i : 2 * (f0 + i) + 1] = cv;
+    }
+    if (f1 > h)
+        row[dim - 1] = concat ? TO_f16(0.0)
+                              : TO_f16(sa[h - f0] * cb[h - f0] + ca[h - f0] * sb[h - f0]);
+}
+
+
 /* sin, cos of (p0 + k)*w for 8 frequencies, lanes past `left` zero */
 #define ROW8(left, i)                                                         \
     const __mmask8 k8 = (left) >= 8 ? (__mmask8)0xff                          \
@@ -227,7 +298,6 @@ static struct {
  * decoding step) costs six libm calls per frequency.
  */
 #define DEFINE_SINUSOIDAL_TABLE(T, SUF)                                       \
-DEFINE_SINUSOIDAL_ROWS(T, SUF)                                                \
 static void sinusoidal_rows_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,  \
                                   const double *inv_freq, int concat, T *out, \
                                   double *work, ptrdiff_t f0, ptrdiff_t f1)   \
@@ -380,6 +450,9 @@ void pe_sinusoidal_table_##SUF(ptrdiff_t n, int64_t start, ptrdiff_t dim,     \
     sinusoidal_parallel(&j, work);                                            \
 }
 
+DEFINE_SINUSOIDAL_ROW(uint16_t, f16, sinusoidal_row_f16, )
+DEFINE_SINUSOIDAL_ROWS(float, f32)
+DEFINE_SINUSOIDAL_ROWS(double, f64)
 DEFINE_SINUSOIDAL_TABLE(uint16_t, f16)
 DEFINE_SINUSOIDAL_TABLE(float, f32)
 DEFINE_SINUSOIDAL_TABLE(double, f64)
@@ -476,37 +549,6 @@ DEFINE_ADD_NT(add_nt_f32_avx512, __attribute__((target("avx512f"))), float,
 DEFINE_ADD_NT(add_nt_f64_avx512, __attribute__((target("avx512f"))), double,
               __m512d, 64, 8, _mm512_loadu_pd, _mm512_add_pd, _mm512_stream_pd)
 
-/*
- * float16 x + float64 table, 8 values at a time (F16C, the AVX2 level), as
- * pe_sinusoidal_add_f16: the sum is formed in float64 (x widens exactly)
- * and rounded once to binary16.  That one rounding is made of two: to
- * float32 rounding to odd (truncate, then set the last bit if anything was
- * dropped), then to binary16 to nearest even.  float32 keeps 13 more bits
- * than binary16, so the second rounding sees the first one's inexactness
- * in that sticky bit and gives the correctly rounded result (Boldo and
- * Melquiond, "Emulation of FMA and correctly rounded sums: proved
- * algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
- * NaNs keep their sign and top payload bits, made quiet, as
- * pe_double_to_half; overflow gives inf, underflow a signed zero.
- */
-__attribute__((target("avx2,f16c")))
-static inline __m128 pd_to_ps_odd(__m256d d)
-{
-    const __m128 f = _mm256_cvtpd_ps(d);                   /* nearest even */
-    const __m256d back = _mm256_cvtps_pd(f);
-    const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
-    /* rounded away from zero (|f| > |d|) or inexact; false for NaN */
-    const __m256i away = _mm256_castpd_si256(
-        _mm256_cmp_pd(_mm256_and_pd(back, abs), _mm256_and_pd(d, abs), _CMP_GT_OQ));
-    const __m256i inexact = _mm256_castpd_si256(_mm256_cmp_pd(back, d, _CMP_NEQ_OQ));
-    const __m256i low = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);   /* 64 -> 32-bit masks */
-    __m128i bits = _mm_add_epi32(_mm_castps_si128(f), _mm256_castsi256_si128(
-                                     _mm256_permutevar8x32_epi32(away, low)));   /* truncated */
-    bits = _mm_or_si128(bits, _mm_srli_epi32(_mm256_castsi256_si128(
-                                  _mm256_permutevar8x32_epi32(inexact, low)), 31));
-    return _mm_castsi128_ps(bits);
-}
-
 __attribute__((target("avx2,f16c")))
 static void sinusoidal_add_f16_f16c(const pe_sinusoidal_add_loop *L)
 {
@@ -542,7 +584,7 @@ const char *pe_sinusoidal_dispatch(int level)
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {   /* float16 stays at AVX2 (F16C) on AVX-512 */
         const int z = level >= PE_CPU_AVX512;
-        sinusoidal_table.row_f16 = sinusoidal_row_f16_avx2;
+        sinusoidal_table.row_f16 = sinusoidal_row_f16_f16c;
         sinusoidal_table.add_f16 = sinusoidal_add_f16_f16c;
         sinusoidal_table.row_f32 = z ? sinusoidal_row_f32_avx512 : sinusoidal_row_f32_avx2;
         sinusoidal_table.row_f64 = z ? sinusoidal_row_f64_avx512 : sinusoidal_row_f64_avx2;
