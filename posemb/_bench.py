@@ -524,6 +524,16 @@ def _sinusoidal_cases(cfg: Config) -> list[Case]:
         def t_add() -> Any:
             return xt + pet
 
+    x16 = x.astype(np.float16)
+    y16 = np.empty_like(x16)
+    pe16 = pe512.astype(np.float16)
+    t_add16 = None
+    if torch is not None:
+        xt16, pet16 = torch.from_numpy(x16), torch.from_numpy(pe16)
+
+        def t_add16() -> Any:
+            return xt16 + pet16
+
     table = np.empty((n, d), np.float32)
     return [
         Case("sinusoidal", "sinusoidal table (float64-exact)", f"{n}x{d}",
@@ -545,6 +555,11 @@ def _sinusoidal_cases(cfg: Config) -> list[Case]:
              limit=_limit("copy", x, y),
              torch=t_add, numpy=lambda: x + pe512,
              note="torch/numpy: x + a precomputed table"),
+        Case("sinusoidal", "add_sinusoidal float16 out=", "8x512x1024",
+             lambda: posemb.add_sinusoidal(x16, out=y16),
+             limit=_limit("copy", x16, y16),
+             torch=t_add16, numpy=lambda: x16 + pe16,
+             note="rounded once from float64; torch/numpy: float16 x + a float16 table"),
     ]
 
 
@@ -581,12 +596,34 @@ def _learned_cases(cfg: Config) -> list[Case]:
             with torch.no_grad():
                 return xt + emb(pt.reshape(b, s))
 
+    seq = np.tile(np.arange(s), (b, 1))      # nn.Embedding's usual positions
+    g16 = g.astype(np.float16)
+    t_seq = t_fn16 = None
+    if torch is not None:
+        pt_seq = torch.from_numpy(seq.reshape(-1))
+        gt16 = torch.from_numpy(g16).reshape(-1, d)
+
+        def t_seq() -> Any:
+            return torch.zeros(m, d).index_add_(0, pt_seq, gt)
+
+        def t_fn16() -> Any:
+            return torch.zeros(m, d, dtype=torch.float16).index_add_(0, pt_seq, gt16)
+
     return [
         Case("learned", "learned_pe_backward", f"{b}x{s} tokens, width {d}",
              lambda: posemb.learned_pe_backward(g, pos, num_positions=m),
              limit=_limit("read", g),
              torch=t_fn, compile=cfg.compiled(t_fn), numpy=np_add_at,
-             note="torch: zeros + index_add_; numpy: np.add.at"),
+             note="random positions; torch: zeros + index_add_; numpy: np.add.at"),
+        Case("learned", "learned_pe_backward in order", f"{b}x{s} tokens, width {d}",
+             lambda: posemb.learned_pe_backward(g, seq, num_positions=m),
+             limit=_limit("read", g),
+             torch=t_seq, compile=cfg.compiled(t_seq),
+             note="positions arange(seq) in every batch row"),
+        Case("learned", "learned_pe_backward float16", f"{b}x{s} tokens, width {d}",
+             lambda: posemb.learned_pe_backward(g16, seq, num_positions=m),
+             limit=_limit("read", g16), torch=t_fn16,
+             note="positions in order; summed in float32; torch: float16 zeros + index_add_"),
         Case("learned", "learned_pe_forward out=", f"{b}x{s}x{d}",
              lambda: posemb.learned_pe_forward(g, w, pos[:, :], out=y),
              limit=_limit("copy", g, y),
@@ -632,6 +669,15 @@ def _bias_cases(cfg: Config) -> list[Case]:
             j = torch.arange(L, dtype=torch.float32)[None, :]
             return -slopes_t[:, None, None] * (i - j)
 
+    t_alibi16 = None
+    if torch is not None:
+        slopes_t16 = torch.from_numpy(slopes.astype(np.float16))
+
+        def t_alibi16() -> Any:
+            i = torch.arange(L, dtype=torch.float16)[:, None]
+            j = torch.arange(L, dtype=torch.float16)[None, :]
+            return -slopes_t16[:, None, None] * (i - j)
+
     def np_alibi() -> np.ndarray:
         i = np.arange(L, dtype=np.float32)[:, None]
         j = np.arange(L, dtype=np.float32)[None, :]
@@ -646,6 +692,11 @@ def _bias_cases(cfg: Config) -> list[Case]:
         Case("bias", "alibi_bias", shape, lambda: posemb.alibi_bias(slopes, L, L),
              limit=_limit("fill", shape=(heads, L, L)), torch=t_alibi,
              numpy=np_alibi, note="torch/numpy: -m_h * (i - j)"),
+        Case("bias", "alibi_bias float16", shape,
+             lambda: posemb.alibi_bias(slopes, L, L, dtype=np.float16),
+             limit=_limit("fill", shape=(heads, L, L // 2)), torch=t_alibi16,
+             note="rounded once from float64; limit: a float32 fill of the same bytes; "
+                  "torch: -m_h * (i - j) in float16"),
         Case("bias", "t5_relative_bias out= (reused)", shape,
              lambda: posemb.t5_relative_bias(table, L, L, out=buf),
              limit=_limit("fill", buf), torch=t_t5,

@@ -416,6 +416,18 @@ PYFN(_sinusoidal_table)
     return PyMem_Free(work), Py_NewRef(Py_None);
 }
 
+/* _to_float16(src, out): a float32 result (a float16 gradient's float32
+ * sums) rounded to float16, out of the same 2-D shape. */
+PYFN(_to_float16)
+{
+    arg src = {"src", NPY_FLOAT, 2, 0, 0}, out = {"out", NPY_HALF, 2, OUT, 0};
+    PARSE("O&O&:_to_float16", to_array, &src, to_array, &out);
+    if (!SHAPE_IS(out, DIM(src, 0), DIM(src, 1)) || !disjoint(&out, &src))
+        return NULL;
+    UNLOCKED(pe_float_to_half_run(DATA(src), DATA(out), PyArray_SIZE(src.a)));
+    Py_RETURN_NONE;
+}
+
 PYFN(_learned_back)
 {
     arg g = {"grad_out", ANY_FLOAT, 2, 0, 0}, pos = {"positions", NPY_INT64, 1, 0, 0};
@@ -738,6 +750,7 @@ static PyMethodDef METHODS[] = {
     METHOD(_rope_varlen, "(x, cu_seqlens, offsets, cos, sin, interleaved, backward, out)"),
     METHOD(_sinusoidal_table, "(start, inv_freq, concat, out)"),
     METHOD(_learned_back, "(grad_out, positions, grad_weight, assign=False)"),
+    METHOD(_to_float16, "(src, out)"),
     METHOD(_t5_bucket, "(relative_position, out, bidirectional, num_buckets, max_distance)"),
     METHOD(_t5_bias, "(table, out, bidirectional, max_distance, query_offset)"),
     METHOD(_t5_bias_backward, "(grad, out, bidirectional, max_distance, query_offset)"),

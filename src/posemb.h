@@ -95,8 +95,10 @@ float pe_half_to_float(uint16_t h);
 uint16_t pe_float_to_half(float f);
 /* float64 -> binary16 rounded once (nearest even), as NumPy's cast */
 uint16_t pe_double_to_half(double v);
-/* n binary16 values widened to float (F16C at the AVX2 level) */
+/* n binary16 values widened to float, and n floats rounded to binary16
+ * (F16C at the AVX2 level) */
 void pe_half_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n);
+void pe_float_to_half_run(const float *src, uint16_t *dst, ptrdiff_t n);
 /* bfloat16 (the top 16 bits of a binary32) <-> float32, nearest even */
 float pe_bf16_to_float(uint16_t b);
 uint16_t pe_float_to_bf16(float f);

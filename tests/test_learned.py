@@ -501,6 +501,24 @@ def test_backward_bad_arguments():
         posemb.learned_pe_backward(g, num_positions=5, offset=-2)
 
 
+def test_to_float16_rounds_as_numpy_and_checks_arguments(rng):
+    """The float32 -> float16 rounding of a float16 gradient's sums (F16C at
+    the AVX2 level): NumPy's cast's values (ties to even, overflow to inf,
+    subnormals), a tail after 8-value vectors; bad arguments named."""
+    src = (rng.standard_normal((5, 13)) * 10.0 ** rng.uniform(-9, 5, (5, 13))).astype(np.float32)
+    src[0, :6] = [65519.99, 65520.0, 2.0**-25, 2.0**-24 * 1.5, 1.0 + 2.0**-11, np.nan]
+    out = np.empty(src.shape, np.float16)
+    with np.errstate(over="ignore"):
+        _core._to_float16(src, out)
+        np.testing.assert_array_equal(out, src.astype(np.float16))
+    with pytest.raises(TypeError, match="src"):
+        _core._to_float16(src.astype(np.float64), out)
+    with pytest.raises(TypeError, match="out"):
+        _core._to_float16(src, np.empty(src.shape, np.float32))
+    with pytest.raises(ValueError, match="out"):
+        _core._to_float16(src, np.empty((5, 12), np.float16))
+
+
 def test_learned_pe_bad_arguments():
     with pytest.raises(ValueError, match="max_length"):
         posemb.LearnedPE(-1, 4)

@@ -164,3 +164,31 @@ void pe_half_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n)
     for (ptrdiff_t i = 0; i < n; i++)
         dst[i] = pe_half_to_float(src[i]);
 }
+
+#if defined(PE_X86_SIMD)
+__attribute__((target("avx2,f16c")))
+static void float_to_half_f16c(const float *src, uint16_t *dst, ptrdiff_t n)
+{
+    ptrdiff_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = pe_float_to_half(src[i]);
+}
+#endif
+
+/* Given n floats.  Returned: each rounded to binary16 (nearest even) in
+ * dst, 8 at a time through F16C at the AVX2 level, else one at a time: the
+ * same bits (NaNs made quiet, keeping sign and top payload bits). */
+void pe_float_to_half_run(const float *src, uint16_t *dst, ptrdiff_t n)
+{
+#if defined(PE_X86_SIMD)
+    if (pe_cpu_level() >= PE_CPU_AVX2) {
+        float_to_half_f16c(src, dst, n);
+        return;
+    }
+#endif
+    for (ptrdiff_t i = 0; i < n; i++)
+        dst[i] = pe_float_to_half(src[i]);
+}
