@@ -93,6 +93,33 @@ def _slopes(slopes_or_num_heads: Any) -> np.ndarray:
     return s
 
 
+def _arguments(slopes_or_num_heads: Any, query_length: Any, key_length: Any, symmetric: Any,
+               query_offset: Any) -> tuple[np.ndarray, tuple[int, int, int], int, bool]:
+    """alibi_bias's arguments checked: slopes, the output shape, the query
+    offset and symmetric."""
+    slopes = _slopes(slopes_or_num_heads)
+    q = _checks.bounded(query_length, "query_length", _checks.MAX_ALIBI_EXTENT)
+    k = _checks.bounded(key_length, "key_length", _checks.MAX_ALIBI_EXTENT)
+    if query_offset is None:
+        off = k - q
+    else:
+        off = _checks.bounded(query_offset, "query_offset", _checks.MAX_ALIBI_EXTENT, signed=True)
+    return slopes, (slopes.shape[0], q, k), off, _checks.flag(symmetric, "symmetric")
+
+
+def alibi_bias_bf16_bits(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
+                         symmetric: bool = False, query_offset: int | None = None) -> np.ndarray:
+    """alibi_bias as bfloat16 bit patterns (uint16) for posemb.torch: each
+    float64 value rounded to bfloat16 through float32, as torch's cast of
+    the float64 bias (one diagonal value at a time, then rows copied)."""
+    slopes, shape, off, symmetric = _arguments(slopes_or_num_heads, query_length, key_length,
+                                               symmetric, query_offset)
+    _checks.check_result(shape, np.uint16, "slopes_or_num_heads, query_length and key_length")
+    bits = np.empty(shape, np.uint16)
+    _core._alibi_bias_bf16(slopes, bits, off, symmetric)
+    return bits
+
+
 def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
                symmetric: bool = False, query_offset: int | None = None,
                dtype: Any = np.float32, out: np.ndarray | None = None) -> np.ndarray:
@@ -132,15 +159,8 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
     >>> posemb.alibi_bias(2, 3, 3, out=buf) is buf
     True
     """
-    slopes = _slopes(slopes_or_num_heads)
-    q = _checks.bounded(query_length, "query_length", _checks.MAX_ALIBI_EXTENT)
-    k = _checks.bounded(key_length, "key_length", _checks.MAX_ALIBI_EXTENT)
-    if query_offset is None:
-        off = k - q
-    else:
-        off = _checks.bounded(query_offset, "query_offset", _checks.MAX_ALIBI_EXTENT, signed=True)
-    symmetric = _checks.flag(symmetric, "symmetric")
-    shape = (slopes.shape[0], q, k)
+    slopes, shape, off, symmetric = _arguments(slopes_or_num_heads, query_length, key_length,
+                                               symmetric, query_offset)
     if out is not None:
         out = _checks.out_array(out, shape)
         _core._alibi_bias(slopes, out, off, symmetric)

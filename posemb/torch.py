@@ -53,6 +53,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
         "(the rest of posemb works without it)") from e
 
 import posemb
+from posemb import _alibi as _alibi_bits
 from posemb import _rope as _rope_bits
 
 #: the half-split forward gufunc, for the decode step's direct call
@@ -1225,16 +1226,25 @@ def apply_multimodal_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch
 # ---------------------------------------------------------------- ALiBi
 
 
+def _alibi(slopes: Any, q: int, k: int, symmetric: bool, offset: int | None,
+           dtype: torch.dtype) -> torch.Tensor:
+    """posemb.alibi_bias as a tensor of dtype; bfloat16 made by the kernel
+    (through float32, as torch's cast of the float64 bias)."""
+    if dtype == torch.bfloat16:
+        bits = _alibi_bits.alibi_bias_bf16_bits(slopes, q, k, symmetric=symmetric,
+                                                query_offset=offset)
+        return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+    return _tensor(posemb.alibi_bias(slopes, q, k, symmetric=symmetric, query_offset=offset,
+                                     dtype=_np_dtype(dtype)))
+
+
 class _AlibiBias(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, slopes: torch.Tensor, q: int, k: int, symmetric: bool,
                 offset: int | None, dtype: torch.dtype) -> torch.Tensor:
-        np_dt = np.float64 if dtype == torch.bfloat16 else _np_dtype(dtype)
-        bias = posemb.alibi_bias(_view(slopes, torch.float64), q, k, symmetric=symmetric,
-                                 query_offset=offset, dtype=np_dt)
         ctx.args = (q, k, symmetric, k - q if offset is None else offset)
         ctx.slopes_dtype = slopes.dtype
-        return _tensor(bias, dtype)
+        return _alibi(_view(slopes, torch.float64), q, k, symmetric, offset, dtype)
 
     @staticmethod
     @once_differentiable
@@ -1291,11 +1301,8 @@ def alibi_bias(slopes_or_num_heads: Any, query_length: int, key_length: int, *,
                              f"{tuple(slopes.shape)}")
         return _AlibiBias.apply(slopes, query_length, key_length, bool(symmetric),
                                 query_offset, dtype or slopes.dtype)
-    out_dtype = dtype or torch.float32
-    np_dt = np.float64 if out_dtype == torch.bfloat16 else _np_dtype(out_dtype)
-    bias = posemb.alibi_bias(slopes_or_num_heads, query_length, key_length,
-                             symmetric=symmetric, query_offset=query_offset, dtype=np_dt)
-    return _tensor(bias, out_dtype)
+    return _alibi(slopes_or_num_heads, query_length, key_length, symmetric, query_offset,
+                  dtype or torch.float32)
 
 
 def _bloom_float32_slopes(num_heads: int) -> torch.Tensor:

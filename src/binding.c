@@ -568,19 +568,30 @@ static PyObject *shaw_embed(PyObject *args, int backward)
 
 PYFN(_shaw_embed) { return shaw_embed(args, 0); }
 PYFN(_shaw_embed_backward) { return shaw_embed(args, 1); }
-PYFN(_alibi_bias)
+/* _alibi_bias(slopes, out, query_offset, symmetric), out float16/32/64;
+ * _alibi_bias_bf16: out bfloat16 bit patterns (uint16). */
+static PyObject *alibi(PyObject *args, int bf16)
 {
-    arg sl = {"slopes", NPY_DOUBLE, 1, 0, 0}, out = {"out", ANY_FLOAT, 3, OUT, 0};
+    arg sl = {"slopes", NPY_DOUBLE, 1, 0, 0};
+    arg out = {"out", bf16 ? NPY_UINT16 : ANY_FLOAT, 3, OUT, 0};
     long long off;
     int sym, rc;
-    PARSE("O&O&Lp:_alibi_bias", to_array, &sl, to_array, &out, &off, &sym);
+    PARSE(bf16 ? "O&O&Lp:_alibi_bias_bf16" : "O&O&Lp:_alibi_bias", to_array, &sl, to_array,
+          &out, &off, &sym);
     if (!SHAPE_IS(out, DIM(sl, 0), -1, -1) || !disjoint(&out, &sl) ||
         !extent_ok(off, DIM(out, 1), DIM(out, 2), PE_MAX_EXACT_DISTANCE))
         return NULL;
-    UNLOCKED(rc = TYPED(ftype(&out), pe_alibi_bias, DIM(out, 0), DIM(out, 1), DIM(out, 2),
-                        off, DATA(sl), sym, DATA(out)));
+    if (bf16)
+        UNLOCKED(rc = pe_alibi_bias_bf16(DIM(out, 0), DIM(out, 1), DIM(out, 2), off, DATA(sl),
+                                         sym, DATA(out)));
+    else
+        UNLOCKED(rc = TYPED(ftype(&out), pe_alibi_bias, DIM(out, 0), DIM(out, 1), DIM(out, 2),
+                            off, DATA(sl), sym, DATA(out)));
     return rc < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
 }
+
+PYFN(_alibi_bias) { return alibi(args, 0); }
+PYFN(_alibi_bias_bf16) { return alibi(args, 1); }
 
 /* window < 1: none */
 PYFN(_causal_mask)
@@ -758,6 +769,7 @@ static PyMethodDef METHODS[] = {
     METHOD(_shaw_embed, "(table, out)"),
     METHOD(_shaw_embed_backward, "(grad, out)"),
     METHOD(_alibi_bias, "(slopes, out, query_offset, symmetric)"),
+    METHOD(_alibi_bias_bf16, "(slopes, out, query_offset, symmetric), out bfloat16 bits"),
     METHOD(_causal_mask, "(out, query_offset, window)"),
     METHOD(_padding_mask, "(lengths, out, left)"),
     {"set_num_threads", py_set_num_threads, METH_VARARGS, "set_num_threads(n) -> threads used"},

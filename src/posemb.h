@@ -666,9 +666,12 @@ int pe_shaw_embed_back_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
 /*
  * out (heads, q, k) = -(m[h] * (p_i - j)), or -(m[h] * |p_i - j|) when
  * symmetric, p_i = query_offset + i; float64 product rounded once (to
- * float16 too).  Returns 0, or -1 when scratch memory (O(q + k)) is not
- * available.
+ * float16 too; to bfloat16 bit patterns through float32, as torch's cast).
+ * Returns 0, or -1 when scratch memory (O(q + k)) is not available.
  */
+int pe_alibi_bias_bf16(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
+                       int64_t query_offset, const double *slopes,
+                       int symmetric, uint16_t *out);
 int pe_alibi_bias_f16(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
                       int64_t query_offset, const double *slopes,
                       int symmetric, uint16_t *out);

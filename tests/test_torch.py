@@ -305,6 +305,28 @@ def test_alibi_matches_formula():
     torch.testing.assert_close(b, alibi_formula(slopes.detach(), 5, 9).float())
 
 
+@pytest.mark.parametrize("sym, offset", [(False, None), (True, -3), (False, 1000)])
+def test_alibi_bfloat16_is_torch_cast_of_float64(sym, offset):
+    """bfloat16 biases are made by the kernel: the bits of torch's cast of
+    the float64 bias (through float32), for slopes that are not powers of
+    two (products that round), given as a head count, a tensor that needs
+    grad (the autograd path) or a bfloat16 tensor."""
+    rng = np.random.default_rng(7)
+    slopes = rng.uniform(0.001, 3.0, 6)
+    want = torch.from_numpy(posemb.alibi_bias(slopes, 7, 300, symmetric=sym, query_offset=offset,
+                                              dtype=np.float64)).to(torch.bfloat16)
+    got = pt.alibi_bias(slopes, 7, 300, symmetric=sym, query_offset=offset, dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16),
+                                                       want.view(torch.int16))
+    m = torch.from_numpy(slopes).requires_grad_(True)
+    got = pt.alibi_bias(m, 7, 300, symmetric=sym, query_offset=offset, dtype=torch.bfloat16)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)) and got.requires_grad
+    assert (want.double() != torch.from_numpy(posemb.alibi_bias(
+        slopes, 7, 300, symmetric=sym, query_offset=offset, dtype=np.float64))).any()  # rounded
+    m16 = torch.tensor([0.5, 0.25], dtype=torch.bfloat16)
+    assert pt.alibi_bias(m16, 3, 3).dtype == torch.bfloat16
+
+
 def test_sinusoidal_tensor():
     pe = pt.sinusoidal(50, 16, dtype=torch.float64)
     assert np.array_equal(pe.numpy(), posemb.sinusoidal(50, 16, dtype=np.float64))

@@ -18,7 +18,9 @@
  *   out[h, i, j] = -(m[h] * (p_i - j))       (causal form)
  *   out[h, i, j] = -(m[h] * |p_i - j|)       (symmetric)
  * with p_i = query_offset + i; the product is formed in float64 and
- * rounded once to T, float16 too (a zero distance gives +0, not -0).
+ * rounded once to T, float16 too (a zero distance gives +0, not -0);
+ * bfloat16 bit patterns (bf16) through float32, as torch's cast of the
+ * float64 values.
  * |query_offset| + q + k must stay below 2**53 so that every distance is
  * exact.  Returns 0, or -1 without scratch memory.
  */
@@ -51,7 +53,9 @@ int pe_alibi_bias_##SUF(ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,            \
 
 #define CVT_f32(v) ((float)(v))
 #define CVT_f64(v) (v)
+#define CVT_bf16(v) pe_float_to_bf16((float)(v))   /* as torch's float64 cast */
 
 DEFINE_ALIBI_BIAS(uint16_t, f16, pe_double_to_half)
+DEFINE_ALIBI_BIAS(uint16_t, bf16, CVT_bf16)
 DEFINE_ALIBI_BIAS(float, f32, CVT_f32)
 DEFINE_ALIBI_BIAS(double, f64, CVT_f64)
