@@ -58,6 +58,37 @@ def _positions(positions: Any, offset: Any, shape: tuple[int, ...], limit: int,
     return _checks.positions_array(pos, limit=limit)
 
 
+def _forward_positions(x: Any, weight: Any, positions: Any, offset: Any) -> np.ndarray:
+    """The forward's shapes checked; its positions as int64."""
+    if len(weight.shape) != 2:
+        raise ValueError(
+            f"weight must have shape (max_length, dim), got {tuple(weight.shape)}")
+    if len(x.shape) == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"weight's width ({weight.shape[1]}) must equal x's last axis, "
+            f"got x of shape {tuple(x.shape)}")
+    return _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
+
+
+def forward_bf16_bits(x: np.ndarray, weight: np.ndarray, positions: Any = None,
+                      offset: int = 0) -> np.ndarray:
+    """learned_pe_forward on bfloat16 bit patterns (uint16 ndarrays, as
+    posemb.torch views bfloat16 tensors): each sum formed in float32 and
+    rounded once to bfloat16, as torch's bfloat16 addition."""
+    pos = _forward_positions(x, weight, positions, offset)
+    return _core.learned_pe_fwd_bf16(x, pos, weight, out=new_output(x))
+
+
+def backward_bf16_bits(grad_out: np.ndarray, positions: Any, num_positions: int,
+                       offset: int = 0) -> np.ndarray:
+    """learned_pe_backward of a bfloat16 gradient given as bit patterns
+    (uint16): the float32 table of its sums (torch rounds it to bfloat16)."""
+    g, flat_pos, num_positions = _backward_operands(grad_out, positions, num_positions, offset)
+    grad_weight = new_output(g, (num_positions, g.shape[1]), np.float32)
+    _core._learned_back_bf16(g, flat_pos, grad_weight, True)
+    return grad_weight
+
+
 @accepts_bfloat16("x", "weight")
 def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: int = 0,
                        out: np.ndarray | None = None) -> Any:
@@ -93,19 +124,28 @@ def learned_pe_forward(x: Any, weight: Any, positions: Any = None, *, offset: in
     """
     x = _checks.float_operand(x, "x")
     weight = _checks.float_operand(weight, "weight")
-    if len(weight.shape) != 2:
-        raise ValueError(
-            f"weight must have shape (max_length, dim), got {tuple(weight.shape)}")
-    if len(x.shape) == 0 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"weight's width ({weight.shape[1]}) must equal x's last axis, "
-            f"got x of shape {tuple(x.shape)}")
-    pos = _positions(positions, offset, tuple(x.shape), weight.shape[0], "x")
+    pos = _forward_positions(x, weight, positions, offset)
     x, (pos,) = _checks.dask_operands(x, (pos,), (-1,), others_core=0)
     if out is None:
         return _core.learned_pe_fwd(x, pos, weight,
                                     out=cached_output(x, x.shape, (x.dtype, weight.dtype)))
     return _core.learned_pe_fwd(x, pos, weight, out=_checks.out_operand(out, x.shape))
+
+
+def _backward_operands(grad_out: np.ndarray, positions: Any, num_positions: Any,
+                       offset: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """The backward's gradient as C-contiguous (tokens, dim) rows, its
+    positions flattened to match, and the table's height, all checked."""
+    if grad_out.ndim == 0:
+        raise ValueError("grad_out must have at least one dimension (features last)")
+    num_positions = _checks.size(num_positions, "num_positions")
+    pos = _positions(positions, offset, grad_out.shape, num_positions, "grad_out")
+    lead = grad_out.shape[:-1]
+    n, d = int(np.prod(lead, dtype=np.int64)), grad_out.shape[-1]
+    _checks.check_result((num_positions, d), np.float64 if grad_out.dtype == np.float64
+                         else np.float32, "num_positions", extra=8 * n)
+    flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
+    return _checks.c_array(grad_out).reshape(n, d), flat_pos, num_positions
 
 
 def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: int,
@@ -143,16 +183,8 @@ def learned_pe_backward(grad_out: Any, positions: Any = None, *, num_positions: 
            [0., 0.]], dtype=float32)
     """
     grad_out = np.asarray(_checks.float_operand(grad_out, "grad_out"))
-    if grad_out.ndim == 0:
-        raise ValueError("grad_out must have at least one dimension (features last)")
-    num_positions = _checks.size(num_positions, "num_positions")
-    pos = _positions(positions, offset, grad_out.shape, num_positions, "grad_out")
-    lead = grad_out.shape[:-1]
-    n, d = int(np.prod(lead, dtype=np.int64)), grad_out.shape[-1]
-    _checks.check_result((num_positions, d), np.float32 if grad_out.dtype == np.float16
-                         else grad_out.dtype, "num_positions", extra=8 * n)
-    flat_pos = _checks.c_array(np.broadcast_to(pos, lead)).reshape(n)
-    g = _checks.c_array(grad_out).reshape(n, d)
+    g, flat_pos, num_positions = _backward_operands(grad_out, positions, num_positions, offset)
+    d = g.shape[1]
     half = grad_out.dtype == np.float16
     # no zeroing pass: the kernel starts each row from zero itself (assign);
     # a large table from the output cache (warm pages, as a training loop's

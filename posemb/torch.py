@@ -54,6 +54,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 
 import posemb
 from posemb import _alibi as _alibi_bits
+from posemb import _learned as _learned_bits
 from posemb import _rope as _rope_bits
 
 #: the half-split forward gufunc, for the decode step's direct call
@@ -1441,10 +1442,14 @@ class _LearnedPE(torch.autograd.Function):
                 offset: int) -> torch.Tensor:
         out_dtype = _result_dtype(x, weight)
         work = _work_dtype(out_dtype)
-        y = posemb.learned_pe_forward(_view(x, work), _view(weight, work), positions,
-                                      offset=offset)
         ctx.args = (positions, offset, weight.shape[0], work)
         ctx.meta = (x.shape, x.dtype, weight.dtype)
+        if x.dtype == weight.dtype == torch.bfloat16:     # the kernel's bfloat16 loop
+            bits = _learned_bits.forward_bf16_bits(_bf16_bits(x), _bf16_bits(weight), positions,
+                                                   offset)
+            return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+        y = posemb.learned_pe_forward(_view(x, work), _view(weight, work), positions,
+                                      offset=offset)
         return _tensor(y, out_dtype)
 
     @staticmethod
@@ -1456,8 +1461,11 @@ class _LearnedPE(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             gx = grad.sum_to_size(x_shape).to(x_dtype)
         if ctx.needs_input_grad[1]:
-            g = posemb.learned_pe_backward(_view(grad, work), positions, num_positions=m,
-                                           offset=offset)
+            if grad.dtype == torch.bfloat16:              # read as bfloat16, summed in float32
+                g = _learned_bits.backward_bf16_bits(_bf16_bits(grad), positions, m, offset)
+            else:
+                g = posemb.learned_pe_backward(_view(grad, work), positions, num_positions=m,
+                                               offset=offset)
             gw = _tensor(g, w_dtype)
         return gx, gw, None, None
 

@@ -281,6 +281,7 @@ static const char types_1[6] = {H, H, F, F, D, D}, types_bf16[4] = {U16, U16, U1
 /* float16 x takes a float64 table, so the sum is rounded once */
 static const char types_add[9] = {H, D, H, F, F, F, D, D, D};
 static const char types_learned[12] = {H, I64, H, H, F, I64, F, F, D, I64, D, D};
+static const char types_learned_bf16[4] = {U16, I64, U16, U16};
 static const int codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 #define ROPE_SIG "(h,s,d),(s,r),(s,r)->(h,s,d)"
@@ -318,6 +319,8 @@ static const struct gufunc {
      NULL, "y = x + t over (..., seq, dim) grids; float16 x takes a float64 t, rounded once."},
     {"learned_pe_fwd", "(d),(),(m,d)->(d)", learned_loop, 0, types_learned, 3, 3, NULL,
      "Learned forward y = x + w[pos]; a position outside [0, m) gives a NaN row."},
+    {"learned_pe_fwd_bf16", "(d),(),(m,d)->(d)", learned_loop, 3, types_learned_bf16, 1, 3, NULL,
+     "learned_pe_fwd on bfloat16 bit patterns (uint16), the sum rounded once."},
 };
 #define NGUFUNCS (sizeof GUFUNCS / sizeof GUFUNCS[0])
 
@@ -428,14 +431,18 @@ PYFN(_to_float16)
     Py_RETURN_NONE;
 }
 
-PYFN(_learned_back)
+/* _learned_back(grad_out, positions, grad_weight, assign) and
+ * _learned_back_bf16: grad_out bfloat16 bit patterns (uint16), grad_weight
+ * float32. */
+static PyObject *learned_back(PyObject *args, int bf16)
 {
-    arg g = {"grad_out", ANY_FLOAT, 2, 0, 0}, pos = {"positions", NPY_INT64, 1, 0, 0};
-    arg gw = {"grad_weight", REAL_FLOAT, 2, OUT, 0};
+    arg g = {"grad_out", bf16 ? NPY_UINT16 : ANY_FLOAT, 2, 0, 0};
+    arg pos = {"positions", NPY_INT64, 1, 0, 0}, gw = {"grad_weight", REAL_FLOAT, 2, OUT, 0};
     int assign = 0;
     int64_t *work = NULL;
-    PARSE("O&O&O&|p:_learned_back", to_array, &g, to_array, &pos, to_array, &gw, &assign);
-    if (!same_type(&gw, ftype(&g) == 2 ? NPY_DOUBLE : NPY_FLOAT) ||
+    PARSE(bf16 ? "O&O&O&|p:_learned_back_bf16" : "O&O&O&|p:_learned_back", to_array, &g,
+          to_array, &pos, to_array, &gw, &assign);
+    if (!same_type(&gw, !bf16 && ftype(&g) == 2 ? NPY_DOUBLE : NPY_FLOAT) ||
         !SHAPE_IS(pos, DIM(g, 0)) || !SHAPE_IS(gw, -1, DIM(g, 1)) || !disjoint(&gw, &g) ||
         !disjoint(&gw, &pos))
         return NULL;
@@ -449,10 +456,17 @@ PYFN(_learned_back)
     if (nwork > 0 && (nwork > PY_SSIZE_T_MAX / 8 ||
                       (work = PyMem_Malloc((size_t)nwork * 8)) == NULL))
         return PyErr_NoMemory();
-    UNLOCKED(TYPED(ftype(&g), pe_learned_back, DIM(g, 0), DIM(g, 1), DATA(g), DATA(pos),
-                   DIM(gw, 0), DATA(gw), work, assign));
+    if (bf16)
+        UNLOCKED(pe_learned_back_bf16(DIM(g, 0), DIM(g, 1), DATA(g), DATA(pos), DIM(gw, 0),
+                                      DATA(gw), work, assign));
+    else
+        UNLOCKED(TYPED(ftype(&g), pe_learned_back, DIM(g, 0), DIM(g, 1), DATA(g), DATA(pos),
+                       DIM(gw, 0), DATA(gw), work, assign));
     return PyMem_Free(work), Py_NewRef(Py_None);
 }
+
+PYFN(_learned_back) { return learned_back(args, 0); }
+PYFN(_learned_back_bf16) { return learned_back(args, 1); }
 
 /* HF's T5 bucket parameters into spec, with a PyMem boundary table. */
 static int t5_spec(pe_t5_spec *spec, int bidirectional, long long nb, long long max_distance)
@@ -761,6 +775,8 @@ static PyMethodDef METHODS[] = {
     METHOD(_rope_varlen, "(x, cu_seqlens, offsets, cos, sin, interleaved, backward, out)"),
     METHOD(_sinusoidal_table, "(start, inv_freq, concat, out)"),
     METHOD(_learned_back, "(grad_out, positions, grad_weight, assign=False)"),
+    METHOD(_learned_back_bf16, "(grad_out, positions, grad_weight, assign=False), grad_out "
+                                "bfloat16 bits"),
     METHOD(_to_float16, "(src, out)"),
     METHOD(_t5_bucket, "(relative_position, out, bidirectional, num_buckets, max_distance)"),
     METHOD(_t5_bias, "(table, out, bidirectional, max_distance, query_offset)"),

@@ -553,8 +553,9 @@ typedef struct pe_learned_loop {
 void pe_learned_fwd_f16(const pe_learned_loop *a);
 void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
-/* Run the forward over the pool, vectors split across threads, type 0..2
- * (float16, float32, float64); large out-of-place f32/f64 outputs
+void pe_learned_fwd_bf16(const pe_learned_loop *a);   /* bfloat16 bit patterns */
+/* Run the forward over the pool, vectors split across threads, type 0..3
+ * (float16, float32, float64, bfloat16); large out-of-place f32/f64 outputs
  * (PE_STREAM_MIN_BYTES) use streaming stores where the level has them. */
 void pe_learned_fwd_run(const pe_learned_loop *L, int type);
 /* Fill the family's kernel table for a CPU level (once, from dispatch.c);
@@ -570,8 +571,9 @@ const char *pe_learned_dispatch(int level);
  * starting from gw's contents, or, when assign is set, from a zeroed table
  * (the bits of torch.zeros(m, d).index_add_; gw's contents are never read,
  * so it may be uninitialised).  work is scratch of pe_learned_back_work(n,
- * m) int64 values (0 means none is used), or NULL.  f16 gradients
- * accumulate into a float32 table (round once afterwards).  Rows with
+ * m) int64 values (0 means none is used), or NULL.  f16 and bf16 (bit
+ * pattern) gradients accumulate into a float32 table (round once
+ * afterwards).  Rows with
  * pos[t] outside [0, m) are skipped (the binding rejects them before
  * calling).  gw must not overlap g, pos or work.
  */
@@ -585,6 +587,9 @@ void pe_learned_back_f32(ptrdiff_t n, ptrdiff_t d, const float *g,
 void pe_learned_back_f64(ptrdiff_t n, ptrdiff_t d, const double *g,
                          const int64_t *pos, ptrdiff_t m, double *gw,
                          int64_t *work, int assign);
+void pe_learned_back_bf16(ptrdiff_t n, ptrdiff_t d, const uint16_t *g,
+                          const int64_t *pos, ptrdiff_t m, float *gw,
+                          int64_t *work, int assign);
 
 /* ------------------------------------------------------------------ */
 /* Relative position bias: T5 buckets, Shaw tables (relative.c)        */

@@ -88,8 +88,9 @@ def _half_outputs():
     time below it): learned forward and backward with NaN payloads, infs,
     subnormals, overflow and a tail after 8-value vectors; x + table in
     float64 rounded once, for every float16 bit pattern of x; sinusoidal
-    tables (both layouts, an odd width) rounded once from float64."""
-    from posemb import _core
+    tables (both layouts, an odd width) rounded once from float64; the
+    learned loops on the same bits read as bfloat16."""
+    from posemb import _core, _learned
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((3, 5, 21)) * 300).astype(np.float16)
     x.view(np.uint16)[0, 0, :4] = [0x7c01, 0xfe55, 0x7c00, 0x0001]
@@ -104,7 +105,9 @@ def _half_outputs():
                 _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256))).tobytes(),
                 _core.sinusoidal_add_rows(every, rng.standard_normal((256, 256)) * 1e-4).tobytes(),
                 posemb.sinusoidal(300, 45, start=1000, dtype=np.float16).tobytes(),
-                posemb.sinusoidal(300, 45, layout="concat", dtype=np.float16).tobytes()]
+                posemb.sinusoidal(300, 45, layout="concat", dtype=np.float16).tobytes(),
+                _learned.forward_bf16_bits(x.view(np.uint16), w.view(np.uint16), pos).tobytes(),
+                _learned.backward_bf16_bits(x.view(np.uint16), pos, 7).tobytes()]
 
 
 def test_bits_do_not_depend_on_level():

@@ -519,6 +519,45 @@ def test_to_float16_rounds_as_numpy_and_checks_arguments(rng):
         _core._to_float16(src, np.empty((5, 12), np.float16))
 
 
+def _bf16_value(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _bf16_round(f):
+    """float32 -> bfloat16 bits, nearest even; NaN made quiet (as torch)."""
+    u = np.asarray(f, np.float32).view(np.uint32)
+    r = ((u + np.uint32(0x7fff) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f), ((u >> 16) | np.uint32(0x40)).astype(np.uint16), r)
+
+
+def test_bfloat16_bits_forward_and_backward(rng):
+    """The bfloat16 loops (8 values at a time at the AVX2 level; one at a time
+    below it and for strided rows; a tail after the vectors): the forward is
+    the float32 sum rounded once to nearest even, NaN and inf as torch's
+    bfloat16 add; the backward sums each row's tokens in float32."""
+    from posemb import _learned
+    x = _bf16_round(rng.standard_normal((3, 6, 21)).astype(np.float32) * 100)
+    w = _bf16_round(rng.standard_normal((9, 21)).astype(np.float32))
+    x[0, 0, :5] = [0x7fc1, 0xff80, 0x7f80, 0x0001, 0x7f7f]      # NaN, -inf, inf, tiny, max
+    w[:, :5] = [0x3f80, 0x7f80, 0xff80, 0x8001, 0x7f7f]
+    w[2, 5:9] = [0x3b80, 0x3b81, 0x3c00, 0x3c01]        # x + w: ties and near ties
+    x[0, 1, 5:9] = [0x3f80, 0x3f80, 0x4080, 0x4080]
+    pos = rng.integers(0, 9, (3, 6))
+    pos[0, :2] = 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _bf16_round(_bf16_value(x) + _bf16_value(w)[pos])
+        got = _learned.forward_bf16_bits(x, w, pos)
+        np.testing.assert_array_equal(got, want)
+        strided = np.empty((3, 6, 42), np.uint16)[..., ::2]
+        np.testing.assert_array_equal(_core.learned_pe_fwd_bf16(x, pos, w, out=strided), want)
+    g = x[:, :, 5:]                                      # finite rows, not contiguous
+    gw = _learned.backward_bf16_bits(g, pos, 9)
+    assert gw.dtype == np.float32
+    np.testing.assert_array_equal(gw, _scatter_reference(_bf16_value(np.ascontiguousarray(g))
+                                                         .reshape(-1, 16), pos.reshape(-1), 9,
+                                                         np.float32))
+
+
 def test_learned_pe_bad_arguments():
     with pytest.raises(ValueError, match="max_length"):
         posemb.LearnedPE(-1, 4)

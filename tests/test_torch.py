@@ -281,6 +281,28 @@ def test_learned_matches_embedding(dtype):
         assert torch.equal(g_got[1], g_want[1])       # token-order sums, as Embedding
 
 
+def test_learned_bfloat16_kernel_loops():
+    """bfloat16 x and table go through the kernel's bfloat16 loops: the
+    forward equals torch's bfloat16 x + Embedding (a float32 sum rounded
+    once), x's gradient is the incoming one, and the table's gradient is its
+    float32 sums (as Embedding's in float32) rounded once to bfloat16."""
+    torch.manual_seed(0)
+    pe = pt.LearnedPositionalEmbedding(32, 20, dtype=torch.bfloat16, std=1.0)
+    emb = torch.nn.Embedding(32, 20, dtype=torch.bfloat16)
+    with torch.no_grad():
+        emb.weight.copy_(pe.weight)
+    x = (rand(4, 10, 20) * 50).to(torch.bfloat16).requires_grad_(True)
+    pos = torch.randint(0, 32, (4, 10), generator=torch.Generator().manual_seed(1))
+    got = pe(x, positions=pos)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), (x + emb(pos)).view(torch.int16))
+    g = (rand(4, 10, 20) * 10).to(torch.bfloat16)
+    gx, gw = torch.autograd.grad(got, (x, pe.weight), g)
+    assert torch.equal(gx, g)
+    want = torch.zeros(32, 20).index_add_(0, pos.reshape(-1), g.float().reshape(-1, 20))
+    assert gw.dtype == torch.bfloat16 and torch.equal(gw, want.to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5_matches_hf(bidirectional):
     weight = rand(32, 6, requires_grad=True)

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "posemb.h"
+#include "bf16_avx2.h"
 
 #define LOAD_f16(p) pe_half_to_float(*(const uint16_t *)(const void *)(p))
 #define STORE_f16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_half(v))
@@ -27,6 +28,18 @@
 #define STORE_f32(p, v) (*(float *)(void *)(p) = (v))
 #define LOAD_f64(p) (*(const double *)(const void *)(p))
 #define STORE_f64(p, v) (*(double *)(void *)(p) = (v))
+#define LOAD_bf16(p) bf16_value(*(const uint16_t *)(const void *)(p))
+#define STORE_bf16(p, v) (*(uint16_t *)(void *)(p) = pe_float_to_bf16(v))
+
+/* a bfloat16 bit pattern's value: the top half of a float32 (inline, so
+ * the loops over rows vectorize) */
+static inline float bf16_value(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /*
  * Rows read in an order the hardware prefetcher cannot guess (table rows
@@ -120,6 +133,16 @@ void pe_learned_fwd_f16(const pe_learned_loop *L)
     for (ptrdiff_t k = 0; k < L->n; k++) {
         LEARNED_FWD_ROW(float, f16)
         LEARNED_FWD_STRIDED(float, f16)
+    }
+}
+
+/* bfloat16 bit patterns: the sum formed in float32 and rounded once, as
+ * torch's bfloat16 addition (and float16's rule above). */
+void pe_learned_fwd_bf16(const pe_learned_loop *L)
+{
+    for (ptrdiff_t k = 0; k < L->n; k++) {
+        LEARNED_FWD_ROW(float, bf16)
+        LEARNED_FWD_STRIDED(float, bf16)
     }
 }
 
@@ -376,6 +399,7 @@ ATTR static void NAME(ptrdiff_t d, const TG *restrict src,                    \
 typedef void (*rows_fn_f32)(ptrdiff_t, const float *, float *, const float *, int);
 typedef void (*rows_fn_f64)(ptrdiff_t, const double *, double *, const double *, int);
 typedef void (*rows_fn_f16)(ptrdiff_t, const uint16_t *, float *, const uint16_t *, int);
+typedef rows_fn_f16 rows_fn_bf16;
 
 
 #define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
@@ -448,6 +472,7 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
 DEFINE_LEARNED_ROWS_ALL(float, float, f32, CVT_SAME)
 DEFINE_LEARNED_ROWS_ALL(double, double, f64, CVT_SAME)
 DEFINE_LEARNED_ROWS(uint16_t, float, f16, CVT_HALF, learned_back_rows_f16, )
+DEFINE_LEARNED_ROWS_ALL(uint16_t, float, bf16, bf16_value)
 
 #if defined(PE_X86_SIMD)
 #include <immintrin.h>
@@ -503,6 +528,27 @@ static void learned_fwd_f16_f16c(const pe_learned_loop *L)
             STORE_f16(y + 2 * j, LOAD_f16(x + 2 * j) + LOAD_f16(w + 2 * j));
     }
 }
+
+/* bfloat16 (AVX2 level): contiguous rows 8 values at a time (widened by a
+ * shift, rounded by bf16_avx2.h's rule, the same bits as pe_float_to_bf16
+ * for these sums), anything else through pe_learned_fwd_bf16. */
+__attribute__((target("avx2")))
+static void learned_fwd_bf16_avx2(const pe_learned_loop *L)
+{
+    if (L->x_inner != 2 || L->w_inner != 2 || L->y_inner != 2) {
+        pe_learned_fwd_bf16(L);
+        return;
+    }
+    for (ptrdiff_t k = 0; k < L->n; k++) {
+        ptrdiff_t j;
+        LEARNED_FWD_ROW(float, bf16)
+        for (j = 0; j + 8 <= L->d; j += 8)
+            pe_bf16_store8((uint16_t *)(void *)(y + 2 * j),
+                           _mm256_add_ps(PE_BF16_LOAD8(x + 2 * j), PE_BF16_LOAD8(w + 2 * j)));
+        for (; j < L->d; j++)
+            STORE_bf16(y + 2 * j, LOAD_bf16(x + 2 * j) + LOAD_bf16(w + 2 * j));
+    }
+}
 #endif
 
 /* The kernels of the dispatched CPU level (pe_learned_dispatch); the
@@ -511,17 +557,22 @@ static struct {
     rows_fn_f16 rows_f16;
     rows_fn_f32 rows_f32;
     rows_fn_f64 rows_f64;
+    rows_fn_bf16 rows_bf16;
     void (*fwd_f16)(const pe_learned_loop *);
+    void (*fwd_bf16)(const pe_learned_loop *);
     void (*fwdnt[2])(const pe_learned_loop *);   /* NULL: no streaming stores */
 } learned_table = {learned_back_rows_f16, learned_back_rows_f32, learned_back_rows_f64,
-                   pe_learned_fwd_f16, {NULL, NULL}};
+                   learned_back_rows_bf16, pe_learned_fwd_f16, pe_learned_fwd_bf16,
+                   {NULL, NULL}};
 
 const char *pe_learned_dispatch(int level)
 {
     learned_table.rows_f16 = learned_back_rows_f16;
     learned_table.rows_f32 = learned_back_rows_f32;
     learned_table.rows_f64 = learned_back_rows_f64;
+    learned_table.rows_bf16 = learned_back_rows_bf16;
     learned_table.fwd_f16 = pe_learned_fwd_f16;
+    learned_table.fwd_bf16 = pe_learned_fwd_bf16;
     learned_table.fwdnt[0] = learned_table.fwdnt[1] = NULL;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_SSE2) {
@@ -531,6 +582,8 @@ const char *pe_learned_dispatch(int level)
     if (level >= PE_CPU_AVX2) {
         learned_table.rows_f16 = learned_back_rows_f16_f16c;
         learned_table.fwd_f16 = learned_fwd_f16_f16c;
+        learned_table.rows_bf16 = learned_back_rows_bf16_avx2;
+        learned_table.fwd_bf16 = learned_fwd_bf16_avx2;
         learned_table.rows_f32 = learned_back_rows_f32_avx2;
         learned_table.rows_f64 = learned_back_rows_f64_avx2;
         return "avx2";
@@ -544,8 +597,10 @@ const char *pe_learned_dispatch(int level)
 
 DEFINE_LEARNED_BACK(float, float, f32, CVT_SAME)
 DEFINE_LEARNED_BACK(double, double, f64, CVT_SAME)
-/* float16 rows accumulate into a float32 table (round once afterwards). */
+/* float16 and bfloat16 rows accumulate into a float32 table (round once
+ * afterwards). */
 DEFINE_LEARNED_BACK(uint16_t, float, f16, CVT_HALF)
+DEFINE_LEARNED_BACK(uint16_t, float, bf16, bf16_value)
 
 /* ------------------------------------------------------------------ */
 /* The forward gufunc loop on the pool (NumPy copies any overlapping    */
@@ -571,14 +626,14 @@ static void learned_fwd_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 
 void pe_learned_fwd_run(const pe_learned_loop *L, int type)
 {
-    void (*const plain[3])(const pe_learned_loop *) = {
-        learned_table.fwd_f16, pe_learned_fwd_f32, pe_learned_fwd_f64};
-    static const ptrdiff_t itemsizes[3] = {2, 4, 8};
+    void (*const plain[4])(const pe_learned_loop *) = {
+        learned_table.fwd_f16, pe_learned_fwd_f32, pe_learned_fwd_f64, learned_table.fwd_bf16};
+    static const ptrdiff_t itemsizes[4] = {2, 4, 8, 2};
     const ptrdiff_t itemsize = itemsizes[type];
     const ptrdiff_t vec = 3 * (L->d > 0 ? L->d : 1) * itemsize;
     learned_fwd_job j = {plain[type], L};
     /* a large out-of-place output: skip the read-for-ownership */
-    if (type > 0 && learned_table.fwdnt[type - 1] != NULL && L->y != L->x &&
+    if ((type == 1 || type == 2) && learned_table.fwdnt[type - 1] != NULL && L->y != L->x &&
         L->n * L->d * itemsize >= PE_STREAM_MIN_BYTES &&
         pe_memory_stream_ok(L->y + L->n / 2 * L->y_step,
                             ((uintptr_t)L->y | (uintptr_t)L->y_step) % 64 == 0))

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "posemb.h"
+#include "bf16_avx2.h"
 #include "rope_neon.h"
 
 #define IDX_A_half(i, h) (i)
@@ -1079,29 +1080,19 @@ DEFINE_BF16_PAIR(bf16x32, "avx512f", _mm512, __m512, __m512i, si512)
 
 /*
  * bfloat16 with AVX2, 8 values at a time in order (the runs that are not a
- * multiple of 16, which the bf16x16 kernels below take): widened by a
- * shuffle and a shift, rounded by the same rule (bf16x16_round_top, no NaN
+ * multiple of 16, which the bf16x16 kernels below take): widened and
+ * rounded by bf16_avx2.h (the same rule as bf16x16_round_top, no NaN
  * test, for the same reason), narrowed by a pack.
  */
-#define BF16_LOAD(p) _mm256_castsi256_ps(_mm256_slli_epi32(                   \
-    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
-__attribute__((target("avx2")))
-static inline void bf16_store(uint16_t *p, __m256 v)
-{
-    const __m256i r = _mm256_srli_epi32(bf16x16_round_top(v), 16);
-    _mm_storeu_si128((__m128i *)(void *)p,
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
-}
-
-DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd,
+DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, PE_BF16_LOAD8, pe_bf16_store8, fwd,
                    h % 8 == 0, bf16_dup_scalar_fwd)
-DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back,
+DEFINE_HALFPREC_DUP(avx2_bf16, "avx2", _mm256, __m256, 8, PE_BF16_LOAD8, pe_bf16_store8, back,
                    h % 8 == 0, bf16_dup_scalar_back)
-DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
-DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, PE_BF16_LOAD8, pe_bf16_store8, fwd)
+DEFINE_HALFPREC_HALF(avx2_bf16, "avx2", _mm256, __m256, 8, PE_BF16_LOAD8, pe_bf16_store8, back)
 
-DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, fwd)
-DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, BF16_LOAD, bf16_store, back)
+DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, PE_BF16_LOAD8, pe_bf16_store8, fwd)
+DEFINE_HALFPREC_INTER(avx2_bf16, "avx2", _mm256, __m256, 8, PE_BF16_LOAD8, pe_bf16_store8, back)
 
 /*
  * float16 with AVX-512F, 16 values at a time: the same conversions
