@@ -1080,8 +1080,11 @@ class _ShawEmbed(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, table: torch.Tensor, q: int, k: int) -> torch.Tensor:
         work = _work_dtype(table.dtype)
-        out = posemb.relative_embeddings(_view(table, work), q, k)
         ctx.args = (q, k, (table.shape[0] - 1) // 2, table.dtype, work)
+        if table.dtype == torch.bfloat16:       # a gather: float16's loop moves the bits
+            out = posemb.relative_embeddings(_bf16_bits(table).view(np.float16), q, k)
+            return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+        out = posemb.relative_embeddings(_view(table, work), q, k)
         return _tensor(out, table.dtype)
 
     @staticmethod
@@ -1390,9 +1393,12 @@ class _T5Bias(torch.autograd.Function):
         work = _work_dtype(table.dtype)
         kw: dict[str, Any] = dict(bidirectional=bidirectional, num_buckets=table.shape[0],
                                   max_distance=max_distance, query_offset=offset)
-        bias = posemb.t5_relative_bias(_view(table, work), q, k, **kw)
         ctx.kw = dict(kw, query_length=q, key_length=k)
         ctx.dtypes = (table.dtype, work)
+        if table.dtype == torch.bfloat16:       # a gather: float16's loop moves the bits
+            bias = posemb.t5_relative_bias(_bf16_bits(table).view(np.float16), q, k, **kw)
+            return torch.from_numpy(bias.view(np.int16)).view(torch.bfloat16)
+        bias = posemb.t5_relative_bias(_view(table, work), q, k, **kw)
         return _tensor(bias, table.dtype)
 
     @staticmethod

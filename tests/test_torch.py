@@ -303,6 +303,24 @@ def test_learned_bfloat16_kernel_loops():
     assert gw.dtype == torch.bfloat16 and torch.equal(gw, want.to(torch.bfloat16))
 
 
+def test_bfloat16_relative_forwards_move_bits():
+    """bfloat16 T5 biases and Shaw embeddings are gathers of the table's bits
+    (float16's loops move them): equal to HF's / the index formula's
+    bfloat16 gather bit for bit, a NaN with a payload included."""
+    weight = rand(32, 6).to(torch.bfloat16)
+    weight.view(torch.int16)[3, 2] = 0x7f81                    # a signalling NaN's bits
+    got = pt.t5_relative_bias(weight, 9, 40, query_offset=3)
+    want = hf_compute_bias(weight, 9, 40, True, offset=3)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16),
+                                                       want.view(torch.int16))
+    table = rand(7, 5).to(torch.bfloat16)
+    table.view(torch.int16)[0, 1] = 0x7f81
+    got = pt.relative_embeddings(table, 6, 9)
+    idx = (torch.arange(9)[None, :] - torch.arange(3, 9)[:, None]).clamp(-3, 3) + 3
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16),
+                                                       table[idx].view(torch.int16))
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5_matches_hf(bidirectional):
     weight = rand(32, 6, requires_grad=True)
