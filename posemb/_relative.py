@@ -175,6 +175,40 @@ def t5_relative_bias(table: Any, query_length: int, key_length: int, *,
     return out
 
 
+def _t5_backward_args(shape: tuple[int, ...], num_buckets: Any, query_length: Any,
+                      key_length: Any, bidirectional: Any, max_distance: Any,
+                      query_offset: Any) -> tuple[bool, int, int, int]:
+    """t5_relative_bias_backward's arguments checked against grad_bias's
+    shape: bidirectional, num_buckets, max_distance, query_offset."""
+    bidirectional, nbk, md = _t5_params(bidirectional, num_buckets, max_distance)
+    q = _length(query_length, "query_length")
+    k = _length(key_length, "key_length")
+    off = _offset(query_offset, "query_offset")
+    if len(shape) < 3 or tuple(shape[-2:]) != (q, k):
+        raise ValueError(
+            f"grad_bias must have shape (..., heads, query_length={q}, key_length={k}), "
+            f"got {tuple(shape)}")
+    return bidirectional, nbk, md, off
+
+
+def t5_bias_backward_bf16_bits(grad_bias: np.ndarray, *, num_buckets: int, query_length: int,
+                               key_length: int, bidirectional: bool = True,
+                               max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
+    """t5_relative_bias_backward of a (heads, q, k) bfloat16 gradient given as
+    bit patterns (uint16, as posemb.torch views it): the float32 table
+    gradient (sums in float64, rounded once; torch rounds it to bfloat16)."""
+    bidirectional, nbk, md, off = _t5_backward_args(grad_bias.shape, num_buckets, query_length,
+                                                    key_length, bidirectional, max_distance,
+                                                    query_offset)
+    if grad_bias.ndim != 3:
+        raise ValueError(f"grad_bias must have shape (heads, query_length, key_length), "
+                         f"got {grad_bias.shape}")
+    g = _checks.c_array(grad_bias)
+    out = np.empty((nbk, g.shape[0]), dtype=np.float32)
+    _core._t5_bias_backward_bf16(g, out, bidirectional, md, off)
+    return out
+
+
 def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length: int,
                               key_length: int, bidirectional: bool = True,
                               max_distance: int = 128, query_offset: int = 0) -> np.ndarray:
@@ -205,15 +239,10 @@ def t5_relative_bias_backward(grad_bias: Any, *, num_buckets: int, query_length:
     >>> g.shape, float(g.sum()), g[0].tolist()       # 3 diagonal cells have rp = 0
     ((32, 2), 24.0, [3.0, 3.0])
     """
-    bidirectional, nbk, md = _t5_params(bidirectional, num_buckets, max_distance)
-    q = _length(query_length, "query_length")
-    k = _length(key_length, "key_length")
-    off = _offset(query_offset, "query_offset")
     g = np.asarray(_checks.float_operand(grad_bias, "grad_bias"))
-    if g.ndim < 3 or g.shape[-2:] != (q, k):
-        raise ValueError(
-            f"grad_bias must have shape (..., heads, query_length={q}, key_length={k}), "
-            f"got {g.shape}")
+    bidirectional, nbk, md, off = _t5_backward_args(g.shape, num_buckets, query_length,
+                                                    key_length, bidirectional, max_distance,
+                                                    query_offset)
     dtype = g.dtype
     if g.ndim > 3:
         g = g.sum(axis=tuple(range(g.ndim - 3)), dtype=np.float64)   # no reshape(-1): size 0
@@ -285,6 +314,30 @@ def relative_embeddings(table: Any, query_length: int, key_length: int) -> np.nd
     return out
 
 
+def _shaw_backward_args(shape: tuple[int, ...], max_relative_position: Any,
+                        query_length: Any, key_length: Any) -> int:
+    """relative_embeddings_backward's arguments checked against grad's shape: K."""
+    K = _length(max_relative_position, "max_relative_position")
+    q = _length(query_length, "query_length")
+    k = _length(key_length, "key_length")
+    if len(shape) != 3 or tuple(shape[:2]) != (q, k):
+        raise ValueError(
+            f"grad must have shape (query_length={q}, key_length={k}, dim), got {tuple(shape)}")
+    return K
+
+
+def shaw_backward_bf16_bits(grad: np.ndarray, max_relative_position: int, query_length: int,
+                            key_length: int) -> np.ndarray:
+    """relative_embeddings_backward of a bfloat16 gradient given as bit
+    patterns (uint16, as posemb.torch views it): the float32 table gradient
+    (sums in float64, rounded once; torch rounds it to bfloat16)."""
+    K = _shaw_backward_args(grad.shape, max_relative_position, query_length, key_length)
+    g = _checks.c_array(grad)
+    out = np.empty((2 * K + 1, g.shape[2]), dtype=np.float32)
+    _core._shaw_embed_backward_bf16(g, out)
+    return out
+
+
 def relative_embeddings_backward(grad: Any, max_relative_position: int,
                                  query_length: int, key_length: int) -> np.ndarray:
     """Gradient of :func:`relative_embeddings` with respect to the table.
@@ -299,13 +352,8 @@ def relative_embeddings_backward(grad: Any, max_relative_position: int,
     >>> g[:, 0]                                   # 3 cells at each clip, 3 on the diagonal
     array([3., 3., 3.])
     """
-    K = _length(max_relative_position, "max_relative_position")
-    q = _length(query_length, "query_length")
-    k = _length(key_length, "key_length")
     g = np.asarray(_checks.float_operand(grad, "grad"))
-    if g.ndim != 3 or g.shape[:2] != (q, k):
-        raise ValueError(
-            f"grad must have shape (query_length={q}, key_length={k}, dim), got {g.shape}")
+    K = _shaw_backward_args(g.shape, max_relative_position, query_length, key_length)
     dtype = g.dtype
     work = np.float64 if dtype == np.float64 else np.float32
     g = _checks.c_array(g)                      # float16: widened by the kernel

@@ -55,6 +55,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 import posemb
 from posemb import _alibi as _alibi_bits
 from posemb import _learned as _learned_bits
+from posemb import _relative as _relative_bits
 from posemb import _rope as _rope_bits
 
 #: the half-split forward gufunc, for the decode step's direct call
@@ -1091,7 +1092,10 @@ class _ShawEmbed(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         q, k, K, dtype, work = ctx.args
-        g = posemb.relative_embeddings_backward(_view(grad, work), K, q, k)
+        if grad.dtype == torch.bfloat16:        # widened by the kernel
+            g = _relative_bits.shaw_backward_bf16_bits(_bf16_bits(grad), K, q, k)
+        else:
+            g = posemb.relative_embeddings_backward(_view(grad, work), K, q, k)
         return _tensor(g, dtype), None, None
 
 
@@ -1405,7 +1409,10 @@ class _T5Bias(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         dtype, work = ctx.dtypes
-        g = posemb.t5_relative_bias_backward(_view(grad, work), **ctx.kw)
+        if grad.dtype == torch.bfloat16:        # widened by the kernel
+            g = _relative_bits.t5_bias_backward_bf16_bits(_bf16_bits(grad), **ctx.kw)
+        else:
+            g = posemb.t5_relative_bias_backward(_view(grad, work), **ctx.kw)
         return _tensor(g, dtype), None, None, None, None, None
 
 

@@ -499,26 +499,30 @@ PYFN(_t5_bucket)
 }
 
 /* The output type for input in: the same, but a gradient (backward) of
- * float16 sums into float32. */
+ * float16 or bfloat16 (bit patterns: uint16) sums into float32. */
 static int out_type(const arg *in, int backward)
 {
     const int t = PyArray_TYPE(in->a);
-    return backward && t == NPY_HALF ? NPY_FLOAT : t;
+    return backward && (t == NPY_HALF || t == NPY_UINT16) ? NPY_FLOAT : t;
 }
 
 /* _t5_bias(table, out, bidirectional, max_distance, query_offset) and
  * _t5_bias_backward(grad, out, ...): table (num_buckets, heads) <-> bias
- * (heads, q, k), one float dtype (a float16 grad: a float32 out). */
+ * (heads, q, k), one float dtype (a float16 grad: a float32 out);
+ * _t5_bias_backward_bf16: grad bfloat16 bit patterns, out float32.
+ * backward: 0, 1, or 2 for bfloat16. */
 static PyObject *t5_bias(PyObject *args, int backward)
 {
     arg tab = {backward ? "out" : "table", backward ? REAL_FLOAT : ANY_FLOAT, 2,
                backward ? OUT : 0, 0};
-    arg bias = {backward ? "grad_bias" : "out", ANY_FLOAT, 3, backward ? 0 : OUT, 0};
+    arg bias = {backward ? "grad_bias" : "out", backward == 2 ? NPY_UINT16 : ANY_FLOAT, 3,
+                backward ? 0 : OUT, 0};
     arg *in = backward ? &bias : &tab, *out = backward ? &tab : &bias;
     int bi, rc;
     long long md, off;
     pe_t5_spec spec;
-    PARSE(backward ? "O&O&pLL:_t5_bias_backward" : "O&O&pLL:_t5_bias", to_array, in,
+    PARSE(backward == 2 ? "O&O&pLL:_t5_bias_backward_bf16"
+          : backward ? "O&O&pLL:_t5_bias_backward" : "O&O&pLL:_t5_bias", to_array, in,
           to_array, out, &bi, &md, &off);
     const npy_intp heads = DIM(tab, 1), q = DIM(bias, 1), k = DIM(bias, 2);
     if (!same_type(out, out_type(in, backward)) || !disjoint(out, in) ||
@@ -526,16 +530,19 @@ static PyObject *t5_bias(PyObject *args, int backward)
         !extent_ok(off, q, k, PE_MAX_EXTENT) ||
         t5_spec(&spec, bi, DIM(tab, 0), md) < 0)
         return NULL;
-    UNLOCKED(rc = backward ? TYPED(ftype(&bias), pe_t5_bias_back, &spec, heads, q, k, off,
-                                   DATA(bias), DATA(tab))
-                           : TYPED(ftype(&tab), pe_t5_bias, &spec, heads, q, k, off, DATA(tab),
-                                   DATA(bias)));
+    UNLOCKED(rc = backward == 2 ? pe_t5_bias_back_bf16(&spec, heads, q, k, off, DATA(bias),
+                                                       DATA(tab))
+                  : backward ? TYPED(ftype(&bias), pe_t5_bias_back, &spec, heads, q, k, off,
+                                     DATA(bias), DATA(tab))
+                             : TYPED(ftype(&tab), pe_t5_bias, &spec, heads, q, k, off,
+                                     DATA(tab), DATA(bias)));
     PyMem_Free((void *)spec.bound);
     return rc < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
 }
 
 PYFN(_t5_bias) { return t5_bias(args, 0); }
 PYFN(_t5_bias_backward) { return t5_bias(args, 1); }
+PYFN(_t5_bias_backward_bf16) { return t5_bias(args, 2); }
 
 PYFN(_shaw_index)
 {
@@ -552,15 +559,18 @@ PYFN(_shaw_index)
 
 /* _shaw_embed(table, out) and _shaw_embed_backward(grad, out): table
  * (2K + 1, dim) <-> embeddings (q, k, dim), one float dtype (a float16 grad:
- * a float32 out). */
+ * a float32 out); _shaw_embed_backward_bf16: grad bfloat16 bit patterns,
+ * out float32.  backward: 0, 1, or 2 for bfloat16. */
 static PyObject *shaw_embed(PyObject *args, int backward)
 {
     arg tab = {backward ? "out" : "table", backward ? REAL_FLOAT : ANY_FLOAT, 2,
                backward ? OUT : 0, 0};
-    arg emb = {backward ? "grad" : "out", ANY_FLOAT, 3, backward ? 0 : OUT, 0};
+    arg emb = {backward ? "grad" : "out", backward == 2 ? NPY_UINT16 : ANY_FLOAT, 3,
+               backward ? 0 : OUT, 0};
     arg *in = backward ? &emb : &tab, *out = backward ? &tab : &emb;
     int rc = 0;
-    PARSE(backward ? "O&O&:_shaw_embed_backward" : "O&O&:_shaw_embed", to_array, in,
+    PARSE(backward == 2 ? "O&O&:_shaw_embed_backward_bf16"
+          : backward ? "O&O&:_shaw_embed_backward" : "O&O&:_shaw_embed", to_array, in,
           to_array, out);
     if (!same_type(out, out_type(in, backward)) || !disjoint(out, in) ||
         !SHAPE_IS(emb, -1, -1, DIM(tab, 1)) ||
@@ -571,7 +581,10 @@ static PyObject *shaw_embed(PyObject *args, int backward)
     if (PyArray_SIZE(emb.a) == 0)   /* no addends (backward: zeros) */
         return memset(DATA(tab), 0, backward ? (size_t)PyArray_NBYTES(tab.a) : 0),
                Py_NewRef(Py_None);
-    if (backward)
+    if (backward == 2)
+        UNLOCKED(rc = pe_shaw_embed_back_bf16(DIM(emb, 0), DIM(emb, 1), DIM(tab, 0) / 2,
+                                              DIM(tab, 1), DATA(emb), DATA(tab)));
+    else if (backward)
         UNLOCKED(rc = TYPED(ftype(&emb), pe_shaw_embed_back, DIM(emb, 0), DIM(emb, 1),
                             DIM(tab, 0) / 2, DIM(tab, 1), DATA(emb), DATA(tab)));
     else  /* (a gather: cannot fail) */
@@ -582,6 +595,7 @@ static PyObject *shaw_embed(PyObject *args, int backward)
 
 PYFN(_shaw_embed) { return shaw_embed(args, 0); }
 PYFN(_shaw_embed_backward) { return shaw_embed(args, 1); }
+PYFN(_shaw_embed_backward_bf16) { return shaw_embed(args, 2); }
 /* _alibi_bias(slopes, out, query_offset, symmetric), out float16/32/64;
  * _alibi_bias_bf16: out bfloat16 bit patterns (uint16). */
 static PyObject *alibi(PyObject *args, int bf16)
@@ -781,9 +795,11 @@ static PyMethodDef METHODS[] = {
     METHOD(_t5_bucket, "(relative_position, out, bidirectional, num_buckets, max_distance)"),
     METHOD(_t5_bias, "(table, out, bidirectional, max_distance, query_offset)"),
     METHOD(_t5_bias_backward, "(grad, out, bidirectional, max_distance, query_offset)"),
+    METHOD(_t5_bias_backward_bf16, "(grad, out, ...), grad bfloat16 bits"),
     METHOD(_shaw_index, "(out, max_relative_position)"),
     METHOD(_shaw_embed, "(table, out)"),
     METHOD(_shaw_embed_backward, "(grad, out)"),
+    METHOD(_shaw_embed_backward_bf16, "(grad, out), grad bfloat16 bits"),
     METHOD(_alibi_bias, "(slopes, out, query_offset, symmetric)"),
     METHOD(_alibi_bias_bf16, "(slopes, out, query_offset, symmetric), out bfloat16 bits"),
     METHOD(_causal_mask, "(out, query_offset, window)"),

@@ -99,6 +99,8 @@ uint16_t pe_double_to_half(double v);
  * (F16C at the AVX2 level) */
 void pe_half_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n);
 void pe_float_to_half_run(const float *src, uint16_t *dst, ptrdiff_t n);
+/* n bfloat16 bit patterns widened to float (8 at a time at the AVX2 level) */
+void pe_bf16_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n);
 /* bfloat16 (the top 16 bits of a binary32) <-> float32, nearest even */
 float pe_bf16_to_float(uint16_t b);
 uint16_t pe_float_to_bf16(float f);
@@ -631,10 +633,13 @@ int pe_t5_bias_f64(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
                    double *out);
 
 /* table_grad (num_buckets, heads) = scatter-add of grad (heads, q, k);
- * float16 gradients give a float32 table_grad. */
+ * float16 and bfloat16 (bit pattern) gradients give a float32 table_grad. */
 int pe_t5_bias_back_f16(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
                         ptrdiff_t k, int64_t query_offset, const uint16_t *grad,
                         float *table_grad);
+int pe_t5_bias_back_bf16(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
+                         ptrdiff_t k, int64_t query_offset, const uint16_t *grad,
+                         float *table_grad);
 int pe_t5_bias_back_f32(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
                         ptrdiff_t k, int64_t query_offset, const float *grad,
                         float *table_grad);
@@ -647,7 +652,7 @@ int pe_t5_bias_back_f64(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,
  *   idx(i, j) = clip(j - (k - q + i), -K, K) + K
  * index: out (q, k) = idx; embed: out (q, k, dim) = table[idx] with table
  * (2K + 1, dim); embed_back: table_grad = scatter-add of grad (q, k, dim)
- * (a float32 table_grad for float16 gradients).
+ * (a float32 table_grad for float16 and bfloat16 gradients).
  */
 void pe_shaw_index_i64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, int64_t *out);
 void pe_shaw_embed_f16(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
@@ -658,6 +663,8 @@ void pe_shaw_embed_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K, ptrdiff_t dim,
                        const double *table, double *out);
 int pe_shaw_embed_back_f16(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
                            ptrdiff_t dim, const uint16_t *grad, float *table_grad);
+int pe_shaw_embed_back_bf16(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
+                            ptrdiff_t dim, const uint16_t *grad, float *table_grad);
 int pe_shaw_embed_back_f32(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,
                            ptrdiff_t dim, const float *grad, float *table_grad);
 int pe_shaw_embed_back_f64(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,

@@ -89,8 +89,9 @@ def _half_outputs():
     subnormals, overflow and a tail after 8-value vectors; x + table in
     float64 rounded once, for every float16 bit pattern of x; sinusoidal
     tables (both layouts, an odd width) rounded once from float64; the
-    learned loops on the same bits read as bfloat16."""
-    from posemb import _core, _learned
+    learned loops and the relative backwards on the same bits read as
+    bfloat16."""
+    from posemb import _core, _learned, _relative
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((3, 5, 21)) * 300).astype(np.float16)
     x.view(np.uint16)[0, 0, :4] = [0x7c01, 0xfe55, 0x7c00, 0x0001]
@@ -107,7 +108,10 @@ def _half_outputs():
                 posemb.sinusoidal(300, 45, start=1000, dtype=np.float16).tobytes(),
                 posemb.sinusoidal(300, 45, layout="concat", dtype=np.float16).tobytes(),
                 _learned.forward_bf16_bits(x.view(np.uint16), w.view(np.uint16), pos).tobytes(),
-                _learned.backward_bf16_bits(x.view(np.uint16), pos, 7).tobytes()]
+                _learned.backward_bf16_bits(x.view(np.uint16), pos, 7).tobytes(),
+                _relative.t5_bias_backward_bf16_bits(x.view(np.uint16), num_buckets=8,
+                                                     query_length=5, key_length=21).tobytes(),
+                _relative.shaw_backward_bf16_bits(x.view(np.uint16), 2, 3, 5).tobytes()]
 
 
 def test_bits_do_not_depend_on_level():

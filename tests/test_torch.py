@@ -321,6 +321,26 @@ def test_bfloat16_relative_forwards_move_bits():
                                                        table[idx].view(torch.int16))
 
 
+def test_bfloat16_relative_backwards_widen_in_the_kernel():
+    """bfloat16 gradients of the T5 table and the Shaw table are read as
+    bfloat16 by the kernels (widened a row at a time; 8 values per step at
+    the AVX2 level, rows with a tail): the float64 sums of the same values,
+    rounded to float32, then bfloat16."""
+    weight = rand(32, 3).to(torch.bfloat16).requires_grad_(True)
+    g = (rand(3, 9, 21, seed=1) * 10).to(torch.bfloat16)
+    (got,) = torch.autograd.grad(pt.t5_relative_bias(weight, 9, 21), (weight,), g)
+    w64 = weight.detach().double().requires_grad_(True)
+    (want,) = torch.autograd.grad(hf_compute_bias(w64, 9, 21, True), (w64,), g.double())
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want.float().to(torch.bfloat16))
+    table = rand(7, 11).to(torch.bfloat16).requires_grad_(True)
+    g = (rand(6, 13, 11, seed=2) * 10).to(torch.bfloat16)
+    (got,) = torch.autograd.grad(pt.relative_embeddings(table, 6, 13), (table,), g)
+    idx = (torch.arange(13)[None, :] - torch.arange(7, 13)[:, None]).clamp(-3, 3) + 3
+    want = torch.zeros(7, 11, dtype=torch.float64).index_add_(
+        0, idx.reshape(-1), g.double().reshape(-1, 11))
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want.float().to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5_matches_hf(bidirectional):
     weight = rand(32, 6, requires_grad=True)

@@ -197,8 +197,9 @@ DEFINE_T5_BIAS(double, f64)
  *   table_grad[b, h] = sum over (i, j) with bucket(j - query_offset - i) = b
  *                      of grad[h, i, j]
  * (a scatter-add).  Each diagonal is summed first, then the diagonals of a
- * bucket; all sums are in float64, rounded once to T.  A float16 grad (TG)
- * is widened a row at a time (exactly) and gives a float32 table_grad.
+ * bucket; all sums are in float64, rounded once to T.  A float16 or
+ * bfloat16 grad (TG) is widened a row at a time (exactly) and gives a
+ * float32 table_grad.
  * Returns 0, or -1 if scratch memory could not be allocated.
  */
 #define DEFINE_T5_BIAS_BACK(TG, T, SUF, TC, ROW)                              \
@@ -250,9 +251,13 @@ int pe_t5_bias_back_##SUF(const pe_t5_spec *s, ptrdiff_t heads, ptrdiff_t q,  \
 
 /* a gradient row as the compute type: itself, or float16 widened into wide */
 #define ROW_AS_IS(row, wide, n) (row)
-#define ROW_WIDENED(row, wide, n) (pe_half_to_float_run((row), (wide), (n)), (const float *)(wide))
+#define ROW_WIDENED(row, wide, n) \
+    (pe_half_to_float_run((row), (wide), (n)), (const float *)(wide))
+#define ROW_WIDENED_BF16(row, wide, n) \
+    (pe_bf16_to_float_run((row), (wide), (n)), (const float *)(wide))
 
 DEFINE_T5_BIAS_BACK(uint16_t, float, f16, float, ROW_WIDENED)
+DEFINE_T5_BIAS_BACK(uint16_t, float, bf16, float, ROW_WIDENED_BF16)
 DEFINE_T5_BIAS_BACK(float, float, f32, float, ROW_AS_IS)
 DEFINE_T5_BIAS_BACK(double, double, f64, double, ROW_AS_IS)
 
@@ -332,8 +337,8 @@ DEFINE_SHAW_EMBED(double, f64)
  * Given: grad (q, k, dim) of pe_shaw_embed's output, K.
  * Returned: table_grad (2K + 1, dim),
  *   table_grad[r, :] = sum over (i, j) with idx(i, j) = r of grad[i, j, :]
- * accumulated in float64 and rounded once to T (float32 for a float16 grad,
- * widened exactly a query row at a time).
+ * accumulated in float64 and rounded once to T (float32 for a float16 or
+ * bfloat16 grad, widened exactly a query row at a time).
  * Returns 0, or -1 if scratch memory could not be allocated.
  */
 #define DEFINE_SHAW_EMBED_BACK(TG, T, SUF, TC, ROW)                           \
@@ -376,5 +381,6 @@ int pe_shaw_embed_back_##SUF(ptrdiff_t q, ptrdiff_t k, ptrdiff_t K,           \
 }
 
 DEFINE_SHAW_EMBED_BACK(uint16_t, float, f16, float, ROW_WIDENED)
+DEFINE_SHAW_EMBED_BACK(uint16_t, float, bf16, float, ROW_WIDENED_BF16)
 DEFINE_SHAW_EMBED_BACK(float, float, f32, float, ROW_AS_IS)
 DEFINE_SHAW_EMBED_BACK(double, double, f64, double, ROW_AS_IS)
