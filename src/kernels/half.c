@@ -133,85 +133,51 @@ uint16_t pe_float_to_bf16(float f)
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+/*
+ * Runs of n values converted 8 at a time at the AVX2 level (F16C for
+ * binary16; the dispatched level, read here), else one at a time, with
+ * the same bits: widening is exact (a signalling NaN comes out of F16C
+ * quiet, as it does from any arithmetic on the result), and vcvtps2ph
+ * rounds to nearest even, NaNs made quiet keeping their sign and top
+ * payload bits, as pe_float_to_half does.
+ */
 #if defined(PE_X86_SIMD)
-__attribute__((target("avx2,f16c")))
-static void half_to_float_f16c(const uint16_t *src, float *dst, ptrdiff_t n)
-{
-    ptrdiff_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(
-                                      _mm_loadu_si128((const __m128i *)(const void *)(src + i))));
-    for (; i < n; i++)
-        dst[i] = pe_half_to_float(src[i]);
+#define F16_WIDEN8(d, s) _mm256_storeu_ps((d), _mm256_cvtph_ps(                \
+    _mm_loadu_si128((const __m128i *)(const void *)(s))))
+#define F16_NARROW8(d, s) _mm_storeu_si128((__m128i *)(void *)(d),              \
+    _mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT))
+#define BF16_WIDEN8(d, s) _mm256_storeu_ps((d), PE_BF16_LOAD8(s))
+#define DEFINE_CONVERT_RUN(NAME, TS, TD, TARGET, EIGHT, ONE)                  \
+__attribute__((target(TARGET)))                                              \
+static void NAME##_simd(const TS *src, TD *dst, ptrdiff_t n)                  \
+{                                                                             \
+    ptrdiff_t i = 0;                                                          \
+    for (; i + 8 <= n; i += 8)                                                \
+        EIGHT(dst + i, src + i);                                              \
+    for (; i < n; i++)                                                        \
+        dst[i] = ONE(src[i]);                                                 \
+}                                                                             \
+void NAME(const TS *src, TD *dst, ptrdiff_t n)                                \
+{                                                                             \
+    if (pe_cpu_level() >= PE_CPU_AVX2) {                                      \
+        NAME##_simd(src, dst, n);                                             \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t i = 0; i < n; i++)                                         \
+        dst[i] = ONE(src[i]);                                                 \
+}
+#else
+#define DEFINE_CONVERT_RUN(NAME, TS, TD, TARGET, EIGHT, ONE)                  \
+void NAME(const TS *src, TD *dst, ptrdiff_t n)                                \
+{                                                                             \
+    for (ptrdiff_t i = 0; i < n; i++)                                         \
+        dst[i] = ONE(src[i]);                                                 \
 }
 #endif
 
-/* Given n binary16 values.  Returned: their float values in dst, 8 at a
- * time through F16C at the AVX2 level (the dispatched level, read here),
- * else one at a time.  Both widen exactly; a signalling NaN comes out
- * quiet from F16C, as it does from any arithmetic on the result. */
-void pe_half_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n)
-{
-#if defined(PE_X86_SIMD)
-    if (pe_cpu_level() >= PE_CPU_AVX2) {
-        half_to_float_f16c(src, dst, n);
-        return;
-    }
-#endif
-    for (ptrdiff_t i = 0; i < n; i++)
-        dst[i] = pe_half_to_float(src[i]);
-}
-
-#if defined(PE_X86_SIMD)
-__attribute__((target("avx2,f16c")))
-static void float_to_half_f16c(const float *src, uint16_t *dst, ptrdiff_t n)
-{
-    ptrdiff_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++)
-        dst[i] = pe_float_to_half(src[i]);
-}
-#endif
-
-/* Given n floats.  Returned: each rounded to binary16 (nearest even) in
- * dst, 8 at a time through F16C at the AVX2 level, else one at a time: the
- * same bits (NaNs made quiet, keeping sign and top payload bits). */
-void pe_float_to_half_run(const float *src, uint16_t *dst, ptrdiff_t n)
-{
-#if defined(PE_X86_SIMD)
-    if (pe_cpu_level() >= PE_CPU_AVX2) {
-        float_to_half_f16c(src, dst, n);
-        return;
-    }
-#endif
-    for (ptrdiff_t i = 0; i < n; i++)
-        dst[i] = pe_float_to_half(src[i]);
-}
-
-#if defined(PE_X86_SIMD)
-__attribute__((target("avx2")))
-static void bf16_to_float_avx2(const uint16_t *src, float *dst, ptrdiff_t n)
-{
-    ptrdiff_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, PE_BF16_LOAD8(src + i));
-    for (; i < n; i++)
-        dst[i] = pe_bf16_to_float(src[i]);
-}
-#endif
-
-/* Given n bfloat16 bit patterns.  Returned: their float values in dst (a
- * shift each), 8 at a time at the AVX2 level. */
-void pe_bf16_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n)
-{
-#if defined(PE_X86_SIMD)
-    if (pe_cpu_level() >= PE_CPU_AVX2) {
-        bf16_to_float_avx2(src, dst, n);
-        return;
-    }
-#endif
-    for (ptrdiff_t i = 0; i < n; i++)
-        dst[i] = pe_bf16_to_float(src[i]);
-}
+DEFINE_CONVERT_RUN(pe_half_to_float_run, uint16_t, float, "avx2,f16c", F16_WIDEN8,
+                   pe_half_to_float)
+DEFINE_CONVERT_RUN(pe_float_to_half_run, float, uint16_t, "avx2,f16c", F16_NARROW8,
+                   pe_float_to_half)
+DEFINE_CONVERT_RUN(pe_bf16_to_float_run, uint16_t, float, "avx2", BF16_WIDEN8,
+                   pe_bf16_to_float)

@@ -506,49 +506,35 @@ static void learned_back_rows_f16_f16c(ptrdiff_t d, const uint16_t *restrict src
     }
 }
 
-/* The forward's float16 rows, contiguous ones 8 values at a time. */
-__attribute__((target("avx2,f16c")))
-static void learned_fwd_f16_f16c(const pe_learned_loop *L)
-{
-    if (L->x_inner != 2 || L->w_inner != 2 || L->y_inner != 2) {
-        pe_learned_fwd_f16(L);
-        return;
-    }
-    for (ptrdiff_t k = 0; k < L->n; k++) {
-        ptrdiff_t j;
-        LEARNED_FWD_ROW(float, f16)
-        for (j = 0; j + 8 <= L->d; j += 8) {
-            const __m256 s = _mm256_add_ps(
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(x + 2 * j))),
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * j))));
-            _mm_storeu_si128((__m128i *)(void *)(y + 2 * j),
-                             _mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT));
-        }
-        for (; j < L->d; j++)
-            STORE_f16(y + 2 * j, LOAD_f16(x + 2 * j) + LOAD_f16(w + 2 * j));
-    }
+/*
+ * The forward's float16 (F16C) and bfloat16 rows at the AVX2 level:
+ * contiguous rows 8 values at a time (bfloat16 widened by a shift and
+ * rounded by bf16_avx2.h's rule, the same bits as pe_float_to_bf16 for
+ * these sums), anything else through the portable loop.
+ */
+#define F16_LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define F16_STORE8(p, v) _mm_storeu_si128((__m128i *)(void *)(p),                  \
+                                          _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
+#define BF16_STORE8(p, v) pe_bf16_store8((uint16_t *)(void *)(p), (v))
+#define DEFINE_LEARNED_FWD16(NAME, TARGET, SUF, LOAD8, STORE8)                 \
+__attribute__((target(TARGET)))                                              \
+static void NAME(const pe_learned_loop *L)                                    \
+{                                                                             \
+    if (L->x_inner != 2 || L->w_inner != 2 || L->y_inner != 2) {              \
+        pe_learned_fwd_##SUF(L);                                              \
+        return;                                                               \
+    }                                                                         \
+    for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
+        ptrdiff_t j;                                                          \
+        LEARNED_FWD_ROW(float, SUF)                                           \
+        for (j = 0; j + 8 <= L->d; j += 8)                                    \
+            STORE8(y + 2 * j, _mm256_add_ps(LOAD8(x + 2 * j), LOAD8(w + 2 * j))); \
+        for (; j < L->d; j++)                                                 \
+            STORE_##SUF(y + 2 * j, LOAD_##SUF(x + 2 * j) + LOAD_##SUF(w + 2 * j)); \
+    }                                                                         \
 }
-
-/* bfloat16 (AVX2 level): contiguous rows 8 values at a time (widened by a
- * shift, rounded by bf16_avx2.h's rule, the same bits as pe_float_to_bf16
- * for these sums), anything else through pe_learned_fwd_bf16. */
-__attribute__((target("avx2")))
-static void learned_fwd_bf16_avx2(const pe_learned_loop *L)
-{
-    if (L->x_inner != 2 || L->w_inner != 2 || L->y_inner != 2) {
-        pe_learned_fwd_bf16(L);
-        return;
-    }
-    for (ptrdiff_t k = 0; k < L->n; k++) {
-        ptrdiff_t j;
-        LEARNED_FWD_ROW(float, bf16)
-        for (j = 0; j + 8 <= L->d; j += 8)
-            pe_bf16_store8((uint16_t *)(void *)(y + 2 * j),
-                           _mm256_add_ps(PE_BF16_LOAD8(x + 2 * j), PE_BF16_LOAD8(w + 2 * j)));
-        for (; j < L->d; j++)
-            STORE_bf16(y + 2 * j, LOAD_bf16(x + 2 * j) + LOAD_bf16(w + 2 * j));
-    }
-}
+DEFINE_LEARNED_FWD16(learned_fwd_f16_f16c, "avx2,f16c", f16, F16_LOAD8, F16_STORE8)
+DEFINE_LEARNED_FWD16(learned_fwd_bf16_avx2, "avx2", bf16, PE_BF16_LOAD8, BF16_STORE8)
 #endif
 
 /* The kernels of the dispatched CPU level (pe_learned_dispatch); the
