@@ -110,10 +110,13 @@ def _scatter_reference(g, pos, m, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-@pytest.mark.parametrize("n, m", [(200, 16), (200, 400), (5, 1000), (0, 3), (7, 0)])
+@pytest.mark.parametrize("n, m", [(200, 16), (200, 400), (12000, 9000), (5, 1000), (0, 3),
+                                  (7, 0)])
 def test_backward_assign_ignores_prior_contents(rng, dtype, n, m):
     """assign=True starts every row from zero: a NaN-filled table gives the same bits
-    as a zeroed one, in the bucketed (m <= 2n) and the token-order (tall table) paths."""
+    as a zeroed one, in blocks of rows (m <= 2n; random positions: one block per
+    thread, 9000 rows zeroed first or tracked row by row) and in token order (a
+    tall table)."""
     d = 9
     acc = np.float64 if dtype == np.float64 else np.float32
     g = rng.standard_normal((n, d)).astype(dtype)

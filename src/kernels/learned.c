@@ -231,13 +231,17 @@ DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
  * of one row each (a jump in the gradient per row, which measured 3.6x
  * one read of the gradient against token order's 1.9x on a Zen 5 EPYC).
  * Measured on a Zen 3 EPYC VM (32 MiB L3, 512 KiB L2), 1 thread, old and
- * new builds alternated process by process, minima: 8x2048 tokens of 1024
+ * new builds alternated process by process, minima, positions in runs
+ * (arange(2048) per batch row): 8x2048 tokens of 1024
  * float32 features into 2048 rows 5.7-6.1 ms (token order) -> 4.5-5.0 ms;
  * the same with 2 or 4 batches (16-32 MiB of gradient) 1.3-1.5 -> 0.7-1.1
  * ms and 2.2-3.1 -> 1.6-2.4 ms; 8x2048 tokens of 512 float64 6.5-7.1 ->
  * 5.2-5.6 ms.  Here one-row buckets measured the same as blocks for 4
  * and 8 tokens per row (interleaved in one process), so blocks are kept
- * for the machines where a jump per row costs.
+ * for the machines where a jump per row costs.  Scattered positions keep
+ * token order over a table in the last-level cache, as one block per
+ * thread (learned_block_shift): random positions, the case above, 6.9-7.5
+ * -> 5.8-6.4 ms at 1 thread, 3.9-4.6 ms both at 2.
  *
  * The pool splits the blocks: each part owns disjoint rows of gw and
  * visits their tokens in order, so the result is the same bits for any
@@ -267,17 +271,44 @@ ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
     return m <= 2 * n ? 2 * n + m + 1 : 0;
 }
 
-/* log2 of the rows per block: rows of rowbytes filling about half of L2,
- * or single rows when the batch holds fewer than 4 tokens per row (a row
- * then gets its few addends back to back, from L1; blocks measured 10-20%
- * slower there: 2x65536 tokens of 256 float32 features, 65536 positions,
- * 9.9 ms for single rows against 11.1-12.2 ms for blocks of 2-256 rows,
- * interleaved in one process, 1 thread; at 4 and 8 tokens per row both
- * within the noise of each other) */
-static int learned_block_shift(ptrdiff_t rowbytes, ptrdiff_t n, ptrdiff_t m)
+/* Do the positions come mostly in runs (p, p + 1, ...), as sequences do? */
+static int learned_in_runs(ptrdiff_t n, const int64_t *pos)
+{
+    ptrdiff_t runs = 0;
+    for (ptrdiff_t t = 1; t < n; t++)
+        runs += pos[t] == pos[t - 1] + 1;
+    return 2 * runs >= n;
+}
+
+/*
+ * log2 of the rows per block.  Positions in runs: rows of rowbytes filling
+ * about half of L2, or single rows when the batch holds fewer than 4
+ * tokens per row (a row then gets its few addends back to back, from L1;
+ * blocks measured 10-20% slower there: 2x65536 tokens of 256 float32
+ * features, 65536 positions, 9.9 ms for single rows against 11.1-12.2 ms
+ * for blocks of 2-256 rows, interleaved in one process, 1 thread; at 4 and
+ * 8 tokens per row both within the noise of each other).  Scattered
+ * positions into a table that stays in the last-level cache (a quarter of
+ * it): one block per thread, so each thread reads its tokens' gradient
+ * rows in token order, front to back, and adds them into the table there;
+ * small blocks would read the gradient a scattered row at a time.
+ * Measured, 8x2048 random positions in 2048 rows of 1024 float32, block
+ * sizes interleaved in one process, minima of 21: 1 thread, one block
+ * 4.8-5.4 ms against 6.2-6.9 ms for 64 rows; 2 threads, two blocks
+ * 3.6-3.8 against 4.4-4.6 ms.  (Positions in runs: one block per thread
+ * was 0-5% slower than 64 rows.)
+ */
+static int learned_block_shift(ptrdiff_t rowbytes, ptrdiff_t n, ptrdiff_t m,
+                               const int64_t *pos)
 {
     const ptrdiff_t budget = pe_cache_l2_bytes() / 2;
     int s = 0;
+    if (m * rowbytes <= pe_cache_llc_bytes() / 4 && !learned_in_runs(n, pos)) {
+        const ptrdiff_t parts = pe_get_num_threads();
+        while (((ptrdiff_t)1 << s) * parts < m)
+            s++;
+        return s;
+    }
     if (n / 4 < m)
         return 0;
     while (((ptrdiff_t)2 << s) <= LEARNED_BLOCK_MAX_ROWS &&
@@ -415,17 +446,22 @@ static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
         const ptrdiff_t p0 = c << j->shift;                                   \
         const ptrdiff_t rows = j->m - p0 < ((ptrdiff_t)1 << j->shift)         \
                                    ? j->m - p0 : (ptrdiff_t)1 << j->shift;    \
-        if (j->assign)                                                        \
+        /* rows with no addend yet are tracked; a larger block is zeroed */   \
+        const int track = j->assign && rows <= LEARNED_BLOCK_MAX_ROWS;        \
+        if (track)                                                            \
             memset(fresh, 1, (size_t)rows);                                   \
+        else if (j->assign)                                                   \
+            memset(gw + p0 * j->d, 0, (size_t)(rows * j->rowbytes));          \
         for (int64_t k = c ? j->end[c - 1] : 0; k < j->end[c]; k++) {         \
             const int64_t t = j->order[k], r = j->key[t] - p0;                \
             /* the next token's row (in this block or the next) */            \
             const int64_t next = k + 1 < j->total ? j->order[k + 1] : t;      \
             learned_table.rows_##SUF(j->d, g + t * j->d, gw + j->key[t] * j->d,\
-                                    g + next * j->d, j->assign && fresh[r]);  \
-            fresh[r] = 0;                                                     \
+                                    g + next * j->d, track && fresh[r]);      \
+            if (track)                                                        \
+                fresh[r] = 0;                                                 \
         }                                                                     \
-        if (j->assign)                                                        \
+        if (track)                                                            \
             for (ptrdiff_t r = 0; r < rows; r++)                              \
                 if (fresh[r])                                                 \
                     memset(gw + (p0 + r) * j->d, 0, (size_t)j->rowbytes);     \
@@ -444,7 +480,7 @@ void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
     j.assign = assign;                                                        \
     if (work != NULL && pe_learned_back_work(n, m) > 0) {                     \
         int64_t *e, *k, *o;                                                   \
-        j.shift = learned_block_shift(j.rowbytes, n, m);                            \
+        j.shift = learned_block_shift(j.rowbytes, n, m, pos);                 \
         j.blocks = m ? ((m - 1) >> j.shift) + 1 : 0;                          \
         learned_blocks(n, pos, m, j.shift, work, &e, &k, &o);                 \
         j.end = e;                                                            \
