@@ -203,6 +203,7 @@ def t5_bias_backward_bf16_bits(grad_bias: np.ndarray, *, num_buckets: int, query
     if grad_bias.ndim != 3:
         raise ValueError(f"grad_bias must have shape (heads, query_length, key_length), "
                          f"got {grad_bias.shape}")
+    _checks.check_result((nbk, grad_bias.shape[0]), np.float32, "num_buckets", copies=2)
     g = _checks.c_array(grad_bias)
     out = np.empty((nbk, g.shape[0]), dtype=np.float32)
     _core._t5_bias_backward_bf16(g, out, bidirectional, md, off)
@@ -332,6 +333,8 @@ def shaw_backward_bf16_bits(grad: np.ndarray, max_relative_position: int, query_
     patterns (uint16, as posemb.torch views it): the float32 table gradient
     (sums in float64, rounded once; torch rounds it to bfloat16)."""
     K = _shaw_backward_args(grad.shape, max_relative_position, query_length, key_length)
+    _checks.check_result((2 * K + 1, grad.shape[2]), np.float32, "max_relative_position",
+                         copies=2)
     g = _checks.c_array(grad)
     out = np.empty((2 * K + 1, g.shape[2]), dtype=np.float32)
     _core._shaw_embed_backward_bf16(g, out)

@@ -52,6 +52,7 @@ int pe_cpu_supported(void);      /* the best level this CPU and build run */
  * used.  Called once, at import, before any kernel runs. */
 int pe_cpu_select(int level);
 int pe_cpu_level(void);          /* the level in use */
+int pe_cpu_f16c(void);           /* F16C kernels: the level is AVX2+ and the CPU has it */
 const char *pe_cpu_name(int level);
 int pe_cpu_parse(const char *name);   /* the level named name, or -1 */
 /* The ISA each family's SIMD kernels use at the level in use. */
@@ -96,7 +97,8 @@ uint16_t pe_float_to_half(float f);
 /* float64 -> binary16 rounded once (nearest even), as NumPy's cast */
 uint16_t pe_double_to_half(double v);
 /* n binary16 values widened to float, and n floats rounded to binary16
- * (F16C at the AVX2 level) */
+ * (F16C where pe_cpu_f16c; a signalling NaN is widened to a quiet one
+ * there, as arithmetic on the result would make it) */
 void pe_half_to_float_run(const uint16_t *src, float *dst, ptrdiff_t n);
 void pe_float_to_half_run(const float *src, uint16_t *dst, ptrdiff_t n);
 /* n bfloat16 bit patterns widened to float (8 at a time at the AVX2 level) */

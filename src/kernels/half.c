@@ -135,11 +135,11 @@ uint16_t pe_float_to_bf16(float f)
 
 /*
  * Runs of n values converted 8 at a time at the AVX2 level (F16C for
- * binary16; the dispatched level, read here), else one at a time, with
- * the same bits: widening is exact (a signalling NaN comes out of F16C
- * quiet, as it does from any arithmetic on the result), and vcvtps2ph
- * rounds to nearest even, NaNs made quiet keeping their sign and top
- * payload bits, as pe_float_to_half does.
+ * binary16, where pe_cpu_f16c; the dispatched level, read here), else one
+ * at a time.  The values are the same: widening is exact (a signalling NaN
+ * comes out of F16C quiet, as it would from any arithmetic on the result),
+ * and vcvtps2ph rounds to nearest even, NaNs made quiet keeping their sign
+ * and top payload bits, as pe_float_to_half does.
  */
 #if defined(PE_X86_SIMD)
 #define F16_WIDEN8(d, s) _mm256_storeu_ps((d), _mm256_cvtph_ps(                \
@@ -147,7 +147,7 @@ uint16_t pe_float_to_bf16(float f)
 #define F16_NARROW8(d, s) _mm_storeu_si128((__m128i *)(void *)(d),              \
     _mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT))
 #define BF16_WIDEN8(d, s) _mm256_storeu_ps((d), PE_BF16_LOAD8(s))
-#define DEFINE_CONVERT_RUN(NAME, TS, TD, TARGET, EIGHT, ONE)                  \
+#define DEFINE_CONVERT_RUN(NAME, TS, TD, TARGET, SIMD_OK, EIGHT, ONE)         \
 __attribute__((target(TARGET)))                                              \
 static void NAME##_simd(const TS *src, TD *dst, ptrdiff_t n)                  \
 {                                                                             \
@@ -159,7 +159,7 @@ static void NAME##_simd(const TS *src, TD *dst, ptrdiff_t n)                  \
 }                                                                             \
 void NAME(const TS *src, TD *dst, ptrdiff_t n)                                \
 {                                                                             \
-    if (pe_cpu_level() >= PE_CPU_AVX2) {                                      \
+    if (SIMD_OK) {                                                            \
         NAME##_simd(src, dst, n);                                             \
         return;                                                               \
     }                                                                         \
@@ -167,7 +167,7 @@ void NAME(const TS *src, TD *dst, ptrdiff_t n)                                \
         dst[i] = ONE(src[i]);                                                 \
 }
 #else
-#define DEFINE_CONVERT_RUN(NAME, TS, TD, TARGET, EIGHT, ONE)                  \
+#define DEFINE_CONVERT_RUN(NAME, TS, TD, TARGET, SIMD_OK, EIGHT, ONE)         \
 void NAME(const TS *src, TD *dst, ptrdiff_t n)                                \
 {                                                                             \
     for (ptrdiff_t i = 0; i < n; i++)                                         \
@@ -175,9 +175,9 @@ void NAME(const TS *src, TD *dst, ptrdiff_t n)                                \
 }
 #endif
 
-DEFINE_CONVERT_RUN(pe_half_to_float_run, uint16_t, float, "avx2,f16c", F16_WIDEN8,
-                   pe_half_to_float)
-DEFINE_CONVERT_RUN(pe_float_to_half_run, float, uint16_t, "avx2,f16c", F16_NARROW8,
-                   pe_float_to_half)
-DEFINE_CONVERT_RUN(pe_bf16_to_float_run, uint16_t, float, "avx2", BF16_WIDEN8,
-                   pe_bf16_to_float)
+DEFINE_CONVERT_RUN(pe_half_to_float_run, uint16_t, float, "avx2,f16c", pe_cpu_f16c(),
+                   F16_WIDEN8, pe_half_to_float)
+DEFINE_CONVERT_RUN(pe_float_to_half_run, float, uint16_t, "avx2,f16c", pe_cpu_f16c(),
+                   F16_NARROW8, pe_float_to_half)
+DEFINE_CONVERT_RUN(pe_bf16_to_float_run, uint16_t, float, "avx2",
+                   pe_cpu_level() >= PE_CPU_AVX2, BF16_WIDEN8, pe_bf16_to_float)

@@ -276,7 +276,7 @@ static int learned_in_runs(ptrdiff_t n, const int64_t *pos)
 {
     ptrdiff_t runs = 0;
     for (ptrdiff_t t = 1; t < n; t++)
-        runs += pos[t] == pos[t - 1] + 1;
+        runs += pos[t - 1] < INT64_MAX && pos[t] == pos[t - 1] + 1;
     return 2 * runs >= n;
 }
 
@@ -322,9 +322,9 @@ static int learned_block_shift(ptrdiff_t rowbytes, ptrdiff_t n, ptrdiff_t m,
  * O(n + m)).  Given pos (n), m, work (2n + m + 1).  Returned: key (n, in
  * work: pos[t], or -1 outside [0, m)), order (n, in work) and end (the
  * blocks' ends) with block c = order[lo(c) .. end[c]), lo(c) = c ?
- * end[c-1] : 0, tokens ascending in each block.  pos is read once (key is
- * a private snapshot), so the blocks stay in bounds even if pos changes
- * meanwhile.
+ * end[c-1] : 0, tokens ascending in each block.  pos is read once here
+ * (key is a private snapshot), so the blocks stay in bounds even if pos
+ * changes meanwhile (learned_in_runs reads it before, only to choose R).
  */
 static void learned_blocks(ptrdiff_t n, const int64_t *pos, ptrdiff_t m, int shift,
                            int64_t *work, int64_t **end, int64_t **key, int64_t **order)
@@ -602,8 +602,10 @@ const char *pe_learned_dispatch(int level)
         learned_table.fwdnt[1] = learned_fwdnt_f64;
     }
     if (level >= PE_CPU_AVX2) {
-        learned_table.rows_f16 = learned_back_rows_f16_f16c;
-        learned_table.fwd_f16 = learned_fwd_f16_f16c;
+        if (pe_cpu_f16c()) {
+            learned_table.rows_f16 = learned_back_rows_f16_f16c;
+            learned_table.fwd_f16 = learned_fwd_f16_f16c;
+        }
         learned_table.rows_bf16 = learned_back_rows_bf16_avx2;
         learned_table.fwd_bf16 = learned_fwd_bf16_avx2;
         learned_table.rows_f32 = learned_back_rows_f32_avx2;

@@ -1965,9 +1965,7 @@ const char *pe_rope_dispatch(int level)
             memcpy(&rope_table.full[k][1], full_avx2[k], sizeof full_avx2[k]);
         for (int b = 0; b < 2; b++)
             memcpy(&rope_table.dup[b][1], dup_avx2[b], sizeof dup_avx2[b]);
-        /* (every AVX2 CPU made has F16C; asked once, here, all the same) */
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("f16c")) {
+        if (pe_cpu_f16c()) {
             memcpy(rope_halfprec[0], f16c, sizeof f16c);
             rope_table.dup[0][0] = f16c_dup_fwd;
             rope_table.dup[1][0] = f16c_dup_back;

@@ -584,8 +584,10 @@ const char *pe_sinusoidal_dispatch(int level)
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {   /* float16 stays at AVX2 (F16C) on AVX-512 */
         const int z = level >= PE_CPU_AVX512;
-        sinusoidal_table.row_f16 = sinusoidal_row_f16_f16c;
-        sinusoidal_table.add_f16 = sinusoidal_add_f16_f16c;
+        if (pe_cpu_f16c()) {
+            sinusoidal_table.row_f16 = sinusoidal_row_f16_f16c;
+            sinusoidal_table.add_f16 = sinusoidal_add_f16_f16c;
+        }
         sinusoidal_table.row_f32 = z ? sinusoidal_row_f32_avx512 : sinusoidal_row_f32_avx2;
         sinusoidal_table.row_f64 = z ? sinusoidal_row_f64_avx512 : sinusoidal_row_f64_avx2;
         sinusoidal_table.add_nt[0] = z ? add_nt_f32_avx512 : add_nt_f32_avx2;

@@ -86,6 +86,17 @@ const char *pe_family_isa(int family)
 
 int pe_cpu_level(void) { return cpu_level; }
 
+int pe_cpu_f16c(void)
+{
+#if defined(PE_X86_SIMD)
+    /* (every AVX2 CPU made has F16C; asked all the same) */
+    __builtin_cpu_init();
+    return cpu_level >= PE_CPU_AVX2 && __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
 /* May streaming stores leave lines partly written (pe_memory_stream_ok)?
  * -1: not yet probed.  Probed once, at the first call that asks; two
  * threads asking at once both probe and store the same answer, and a
