@@ -246,8 +246,10 @@ DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
  * The pool splits the blocks: each part owns disjoint rows of gw and
  * visits their tokens in order, so the result is the same bits for any
  * thread count.  Parts are cut by work, not by blocks: block c costs its
- * tokens plus its rows, so skewed positions (a short sequence in a tall
- * table, one hot position) still keep every thread busy.
+ * tokens plus its rows, so positions in runs that fill part of the table
+ * (a short sequence in a tall table) still keep every thread busy.
+ * Scattered positions have one block per thread, so a skewed scatter (a
+ * few hot rows in random order) can leave a thread with little to do.
  */
 #define LEARNED_BLOCK_MAX_ROWS 4096
 typedef struct {
