@@ -128,7 +128,7 @@ def test_bits_do_not_depend_on_level():
             "cos, sin = posemb.rope_cos_sin(np.arange(300), 64)\n"
             "sys.stdout.buffer.write(posemb.apply_rope(x, cos, sin).tobytes())\n"
             "sys.stdout.buffer.write(posemb.sinusoidal(50, 40).tobytes())\n"
-            "sys.path.insert(0, 'tests')\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
             "from test_cpu_dispatch import _half_outputs\n"
             "sys.stdout.buffer.write(b''.join(_half_outputs()))\n")
     for level in ORDER:
