@@ -184,7 +184,7 @@ def _rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
         # one pass: bfloat16 in, float32 maths, rounded once to bfloat16 out
         y = _rope_bits._run_bf16_bits(2 * interleaved, _bf16_bits(x), _bf16_bits(cos),
                                       _bf16_bits(sin))
-        return torch.from_numpy(y.view(np.int16)).view(torch.bfloat16), torch.float32
+        return _bf16_tensor(y), torch.float32
     out_dtype = _result_dtype(x, cos, sin)
     work = _work_dtype(out_dtype)
     y = posemb.apply_rope(_view(x, work), _view(cos, work), _view(sin, work),
@@ -207,6 +207,11 @@ def _bf16_bits(t: torch.Tensor) -> np.ndarray:
     if t.is_neg():
         t = t.resolve_neg()
     return _array(t.view(torch.int16)).view(np.uint16)
+
+
+def _bf16_tensor(bits: np.ndarray) -> torch.Tensor:
+    """A bfloat16 tensor over bit patterns (uint16) a kernel wrote: _bf16_bits' inverse."""
+    return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
 
 
 def _needs_grad(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -1084,7 +1089,7 @@ class _ShawEmbed(torch.autograd.Function):
         ctx.args = (q, k, (table.shape[0] - 1) // 2, table.dtype, work)
         if table.dtype == torch.bfloat16:       # a gather: float16's loop moves the bits
             out = posemb.relative_embeddings(_bf16_bits(table).view(np.float16), q, k)
-            return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+            return _bf16_tensor(out)
         out = posemb.relative_embeddings(_view(table, work), q, k)
         return _tensor(out, table.dtype)
 
@@ -1241,7 +1246,7 @@ def _alibi(slopes: Any, q: int, k: int, symmetric: bool, offset: int | None,
     if dtype == torch.bfloat16:
         bits = _alibi_bits.alibi_bias_bf16_bits(slopes, q, k, symmetric=symmetric,
                                                 query_offset=offset)
-        return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+        return _bf16_tensor(bits)
     return _tensor(posemb.alibi_bias(slopes, q, k, symmetric=symmetric, query_offset=offset,
                                      dtype=_np_dtype(dtype)))
 
@@ -1401,7 +1406,7 @@ class _T5Bias(torch.autograd.Function):
         ctx.dtypes = (table.dtype, work)
         if table.dtype == torch.bfloat16:       # a gather: float16's loop moves the bits
             bias = posemb.t5_relative_bias(_bf16_bits(table).view(np.float16), q, k, **kw)
-            return torch.from_numpy(bias.view(np.int16)).view(torch.bfloat16)
+            return _bf16_tensor(bias)
         bias = posemb.t5_relative_bias(_view(table, work), q, k, **kw)
         return _tensor(bias, table.dtype)
 
@@ -1460,7 +1465,7 @@ class _LearnedPE(torch.autograd.Function):
         if x.dtype == weight.dtype == torch.bfloat16:     # the kernel's bfloat16 loop
             bits = _learned_bits.forward_bf16_bits(_bf16_bits(x), _bf16_bits(weight), positions,
                                                    offset)
-            return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+            return _bf16_tensor(bits)
         y = posemb.learned_pe_forward(_view(x, work), _view(weight, work), positions,
                                       offset=offset)
         return _tensor(y, out_dtype)
