@@ -179,7 +179,10 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     use, found this CPU streams as fast into lines left partly written as
     into whole ones; ``no (whole lines only)``: large outputs not on
     64-byte lines take plain stores, or for RoPE are written in L1 first and
-    streamed in whole lines),
+    streamed in whole lines), ``streaming_from`` (the smallest output
+    that takes streaming stores, which skip the cache: 3/4 of the last-level
+    cache, within 4 and 24 MiB, so that an output the cache would hold stays
+    there for what reads it next),
     ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).

@@ -663,16 +663,38 @@ PYFN(_get_num_threads) { return (void)args, PyLong_FromLong(pe_get_num_threads()
 
 PYFN(_dispatch)
 {
-    char l2[32], llc[32];   /* the cache sizes the kernels block for, in KiB */
+    char l2[32], llc[32], from[32];   /* the cache sizes the kernels block for,
+                                       * and the smallest output streamed, in KiB */
     snprintf(l2, sizeof l2, "%td KiB", pe_cache_l2_bytes() >> 10);
     snprintf(llc, sizeof llc, "%td KiB", pe_cache_llc_bytes() >> 10);
+    snprintf(from, sizeof from, "%zu KiB", pe_cpu_stream_min_bytes() >> 10);
     return (void)args, Py_BuildValue(
-        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "level", pe_cpu_name(pe_cpu_level()),
+        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "level", pe_cpu_name(pe_cpu_level()),
         "supported", pe_cpu_name(pe_cpu_supported()), "rope", pe_family_isa(PE_FAMILY_ROPE),
         "sinusoidal", pe_family_isa(PE_FAMILY_SINUSOIDAL), "learned",
         pe_family_isa(PE_FAMILY_LEARNED), "streaming_stores", pe_family_isa(PE_FAMILY_STREAM),
         "l2_cache", l2, "last_level_cache", llc, "streaming_partial_lines",
-        pe_cpu_partial_lines() ? "yes" : "no (whole lines only)");
+        pe_cpu_partial_lines() ? "yes" : "no (whole lines only)", "streaming_from", from);
+}
+
+/* _stream_min_bytes(v) -> pe_cpu_stream_min_bytes() after setting it to v
+ * bytes (-1: back to the rule; None: unchanged), for the tests of both
+ * store paths */
+PYFN(_stream_min_bytes)
+{
+    PyObject *v;
+    Py_ssize_t n = -2;
+    PARSE("O:_stream_min_bytes", &v);
+    if (v != Py_None) {
+        n = PyLong_Check(v) ? PyLong_AsSsize_t(v) : -3;
+        if (n < -1) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError,
+                                "_stream_min_bytes: v must be None, -1 or a size in bytes");
+            return NULL;
+        }
+    }
+    return PyLong_FromSize_t(pe_cpu_set_stream_min_bytes(n));
 }
 
 /* _partial_lines(v) -> pe_cpu_partial_lines() after setting it to v (0 or
@@ -810,6 +832,8 @@ static PyMethodDef METHODS[] = {
     METHOD(_out_cache_empty, "(shape, dtype) -> a new array from the output cache"),
     METHOD(_partial_lines,
            "(v) -> may streaming stores leave lines partly written; v None: unchanged"),
+    METHOD(_stream_min_bytes,
+           "(v) -> the smallest output streamed, after setting it to v bytes (-1: the rule)"),
     METHOD(_out_cache, "(limit) -> (limit, bytes kept, blocks kept); limit None: unchanged"),
     {NULL, NULL, 0, NULL}};
 

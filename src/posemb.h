@@ -66,6 +66,11 @@ const char *pe_family_isa(int family);
  * the answer (for tests), -1 leaves it; both return it. */
 int pe_cpu_partial_lines(void);
 int pe_cpu_set_partial_lines(int v);
+/* The smallest output the kernels stream (see PE_STREAM_MIN_BYTES);
+ * pe_cpu_set_stream_min_bytes(v) sets it to v bytes (whole KiB; for
+ * tests), -1 back to the rule, below -1 leaves it; both return it. */
+size_t pe_cpu_stream_min_bytes(void);
+size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v);
 
 /*
  * Limits, defined here once (the binding exports them to Python as
@@ -296,8 +301,27 @@ const char *pe_rope_dispatch(int level);
 /* The full-width kernel of the dispatched level, kind 0..3, type 0..2. */
 pe_rope_fn pe_rope_kernel(int kind, int type);
 
-/* out-of-place outputs at least this large use streaming stores */
+/*
+ * Streaming (non-temporal) stores send an out-of-place output to memory,
+ * past the caches: they skip the read of each line before it is written
+ * (read-for-ownership), so they pay where the output would not stay in the
+ * last-level cache anyway, and cost where it would (the call, and whatever
+ * reads the output next, then go to memory).  So the kernels stream only
+ * outputs of at least pe_cpu_stream_min_bytes(): 3/4 of the last-level
+ * cache (glibc's memcpy threshold for its streaming copy, the larger of
+ * its rules), kept within PE_STREAM_MIN_BYTES .. PE_STREAM_MOST_BYTES.
+ * Measured, 1 thread, Zen 3 EPYC VM (32 MiB L3), float32 RoPE out of place
+ * into a reused output, minima over 3 processes each, plain / streaming
+ * stores: x of 4 MiB 195 / 257 us (with a y.max() after: 271 / 492), 8
+ * MiB 454 / 594, 12 MiB 1027 / 1201, 16 MiB 1264 / 1229 (1936 / 2275),
+ * 24 MiB 2354 / 2418 (3715 / 4151), 32 MiB 2948 / 2107, 48 MiB 5342 /
+ * 3575.  On a Xeon VM whose 480 MB L3 is shared with other guests, x +
+ * table plain stores were faster up to a 16 MiB output and streaming
+ * stores from about 24 MiB on (by 1.5x): a core's share of a large shared
+ * cache is smaller than the cache, hence the cap.  (runtime/memory.c)
+ */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)
+#define PE_STREAM_MOST_BYTES ((ptrdiff_t)24 << 20)
 
 /*
  * Is the page holding p in memory (1), or not yet touched / swapped out
@@ -314,8 +338,9 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
 int pe_memory_resident(const void *p);
 
 /*
- * May a kernel stream into an output whose middle element is at mid?
- * Where its page is in memory (pe_memory_resident), and either the kernel
+ * May a kernel stream into an output of bytes bytes whose middle element
+ * is at mid?  Where it is that large (pe_cpu_stream_min_bytes), its
+ * middle page is in memory (pe_memory_resident), and either the kernel
  * writes each line it streams whole before it leaves it (whole_lines: y and
  * its steps on 64-byte lines, with each kernel's store order) or this CPU
  * streams as fast into lines left partly written (pe_cpu_partial_lines).
@@ -327,7 +352,7 @@ int pe_memory_resident(const void *p);
  * line against on a line, the lines flushed from the caches first (Zen 3,
  * four rows: 24-37 against 9-11 ms for 128 MiB).
  */
-int pe_memory_stream_ok(const void *mid, int whole_lines);
+int pe_memory_stream_ok(const void *mid, int whole_lines, size_t bytes);
 /* The probe: 1 if streaming at 16 bytes past a line takes at most 1.3x the
  * time on a line (1 where it cannot time, or without streaming stores). */
 int pe_memory_probe_partial_lines(void);
@@ -366,15 +391,6 @@ void *pe_out_cache_realloc(pe_out_cache *c, void *p, size_t n);
 void pe_out_cache_set_limit(pe_out_cache *c, size_t limit);
 /* the default limit: 1 GiB, or 1/16 of RAM (or of a cgroup memory limit) if less */
 size_t pe_out_cache_default_limit(void);
-/*
- * ... except x + table (pe_sinusoidal_add_grid), whose plain stores keep up
- * with a copy while x and y stay in the last-level cache: on the reference
- * Xeon (480 MB L3 shared with other guests) plain stores were faster up to
- * a 16 MiB y and streaming ones from about 24 MiB on (and then by 1.5x).
- * Plain stores also leave y in cache for whatever reads it next.
- */
-#define PE_ADD_STREAM_MIN_BYTES ((ptrdiff_t)24 << 20)
-
 /*
  * rotate_half over n vectors of d (even) features, signature (d)->(d):
  *   y[i] = -x[i+h],  y[i+h] = x[i]      (h = d/2)
@@ -512,8 +528,8 @@ void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
  * inside a tile, so each table tile is read from memory once), tiles
  * spread over the pool; a grid whose features are strided but whose
  * positions are contiguous (Julia's (batch, features, seq)) is walked
- * transposed.  Out-of-place f32/f64 outputs of at least
- * PE_ADD_STREAM_MIN_BYTES use streaming stores along contiguous rows.
+ * transposed.  Out-of-place f32/f64 outputs use streaming stores along
+ * contiguous rows where pe_memory_stream_ok allows.
  * kind: 2 = f16 (t float64), 4 = f32, 8 = f64 (the element size of x, y).
  */
 typedef struct pe_sinusoidal_grid {
@@ -559,8 +575,8 @@ void pe_learned_fwd_f32(const pe_learned_loop *a);
 void pe_learned_fwd_f64(const pe_learned_loop *a);
 void pe_learned_fwd_bf16(const pe_learned_loop *a);   /* bfloat16 bit patterns */
 /* Run the forward over the pool, vectors split across threads, type 0..3
- * (float16, float32, float64, bfloat16); large out-of-place f32/f64 outputs
- * (PE_STREAM_MIN_BYTES) use streaming stores where the level has them. */
+ * (float16, float32, float64, bfloat16); out-of-place f32/f64 outputs use
+ * streaming stores where the level has them and pe_memory_stream_ok allows. */
 void pe_learned_fwd_run(const pe_learned_loop *L, int type);
 /* Fill the family's kernel table for a CPU level (once, from dispatch.c);
  * returns the ISA its SIMD kernels use. */

@@ -88,6 +88,19 @@ def rng():
     return np.random.default_rng(12345)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _stream_from_4mib():
+    """The suite's large cases are sized just past 4 MiB, the smallest output
+    the kernels ever stream: so that they take the streaming-store paths on
+    every machine, the suite streams from there.  By default posemb streams
+    from 3/4 of the last-level cache (test_cpu_dispatch tests that rule and
+    the plain stores below it)."""
+    from posemb import _core
+    _core._stream_min_bytes(4 << 20)
+    yield
+    _core._stream_min_bytes(-1)
+
+
 @pytest.fixture(params=[True, False], ids=["partial-lines", "whole-lines"])
 def partial_lines(request):
     """Both answers of the runtime's streaming-store probe (may streaming

@@ -397,16 +397,18 @@ def test_add_rows_transposed_grid(rng, dtype):
 @pytest.mark.parametrize("dtype, offset", [(np.float32, 0), (np.float32, 1), (np.float32, 3),
                                            (np.float64, 0), (np.float64, 1)])
 def test_add_rows_streaming_large_out(rng, dtype, offset, partial_lines):
-    """An out-of-place output of >= 24 MiB takes the streaming-store path:
-    rows whose start is not vector-aligned (offset elements into a buffer),
-    an odd row length, and the same bits as NumPy's x + t."""
+    """An out-of-place output past the streaming threshold (4 MiB in this
+    suite: conftest) takes the streaming-store path: rows whose start is not
+    vector-aligned (offset elements into a buffer), an odd row length, and
+    the same bits as NumPy's x + t."""
     z = np.dtype(dtype).itemsize
-    shape = (max(1, (26 << 20) // (z * 300 * 1001)), 300, 1001)
+    assert _core._stream_min_bytes(None) == 4 << 20
+    shape = (max(1, (5 << 20) // (z * 300 * 1001)), 300, 1001)
     x = rng.standard_normal(shape).astype(dtype)
     t = rng.standard_normal(shape[1:]).astype(dtype)
     buf = np.empty(x.size + 16, dtype)
     out = buf[offset:offset + x.size].reshape(shape)
-    assert out.nbytes >= 24 << 20 and out.ctypes.data % 16 == (buf.ctypes.data + offset * z) % 16
+    assert out.nbytes >= 4 << 20 and out.ctypes.data % 16 == (buf.ctypes.data + offset * z) % 16
     assert _core.sinusoidal_add_rows(x, t, out=out) is out
     np.testing.assert_array_equal(out, x + t)
     # the same grid through the public entry points

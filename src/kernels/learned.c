@@ -660,9 +660,9 @@ void pe_learned_fwd_run(const pe_learned_loop *L, int type)
     learned_fwd_job j = {plain[type], L};
     /* a large out-of-place output: skip the read-for-ownership */
     if ((type == 1 || type == 2) && learned_table.fwdnt[type - 1] != NULL && L->y != L->x &&
-        L->n * L->d * itemsize >= PE_STREAM_MIN_BYTES &&
         pe_memory_stream_ok(L->y + L->n / 2 * L->y_step,
-                            ((uintptr_t)L->y | (uintptr_t)L->y_step) % 64 == 0))
+                            ((uintptr_t)L->y | (uintptr_t)L->y_step) % 64 == 0,
+                            (size_t)(L->n * L->d * itemsize)))
         j.fn = learned_table.fwdnt[type - 1];
     pe_parallel_for_stoppable(L->n, PE_PARALLEL_MIN_BYTES / vec + 1, vec, learned_fwd_task, &j,
                               L->stop);

@@ -2066,7 +2066,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         gv.x_s = gv.y_s = gv.cos_s = gv.sin_s = 0;
     tables_ok = g->cos_inner == itemsize && g->sin_inner == itemsize && h > 0;
     in_place = g->y == g->x && g->y_b == g->x_b && g->y_h == g->x_h && g->y_s == g->x_s;
-    /* at least PE_STREAM_MIN_BYTES of x: streaming stores and prefetch */
+    /* at least PE_STREAM_MIN_BYTES of x: prefetch (and streaming stores
+     * from pe_cpu_stream_min_bytes) */
     large = g->d > 0 && g->B * g->H * g->S >= PE_STREAM_MIN_BYTES / (g->d * itemsize);
     /* the vectors of x (and y, out of place) that the last-level cache
      * holds; beyond them x passes through memory */
@@ -2076,11 +2077,12 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
-    /* y may take streaming stores: out of place, large, and as
-     * pe_memory_stream_ok says (WHOLE: the kernel writes each line whole) */
+    /* y may take streaming stores: out of place, and as pe_memory_stream_ok
+     * says (WHOLE: the kernel writes each line whole) */
 #define MAY_STREAM(WHOLE) (!in_place && large &&                                \
                            pe_memory_stream_ok(g->y + g->B / 2 * g->y_b + g->H / 2 * g->y_h + \
-                                               g->S / 2 * g->y_s, WHOLE))
+                                               g->S / 2 * g->y_s, WHOLE,           \
+                                               (size_t)(g->B * g->H * g->S * g->d * itemsize)))
     /* or staged (see STAGE_ROWS_BYTES) where only the partial lines keep y
      * from streaming: each head's rows back to back, heads on lines; the
      * staged lines streamed 32 bytes a store where the level has AVX */

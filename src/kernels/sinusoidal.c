@@ -718,10 +718,10 @@ void pe_sinusoidal_add_grid(const pe_sinusoidal_grid *g, int kind)
     j.gather = j.g.t_d != tz && j.g.t_b == 0 && j.g.B > 1;
     /* streaming stores: out of place, large, rows contiguous */
     if (kind != 2 && sinusoidal_table.add_nt[kind == 8] != NULL && g->y != g->x &&
-        j.g.x_d == z && (j.g.t_d == z || j.gather) &&
-        j.g.y_d == z && g->B * g->S * g->D * z >= PE_ADD_STREAM_MIN_BYTES &&
+        j.g.x_d == z && (j.g.t_d == z || j.gather) && j.g.y_d == z &&
         pe_memory_stream_ok(g->y + g->B / 2 * g->y_b + g->S / 2 * g->y_s,
-                            ((uintptr_t)g->y | (uintptr_t)j.g.y_b | (uintptr_t)j.g.y_s) % 64 == 0))
+                            ((uintptr_t)g->y | (uintptr_t)j.g.y_b | (uintptr_t)j.g.y_s) % 64 == 0,
+                            (size_t)(g->B * g->S * g->D * z)))
         j.nt = sinusoidal_table.add_nt[kind == 8];
     /* a tile: whole rows if a row fits in the budget, else part of one */
     if (j.g.D <= tile_elems) {

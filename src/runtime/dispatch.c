@@ -9,6 +9,7 @@
  * build runs on every x86-64 CPU.  A build with -DPOSEMB_NO_CLONES has no
  * ISA-specific code at all and always runs at level "baseline".
  */
+#include <limits.h>
 #include <string.h>
 
 #include "posemb.h"
@@ -118,4 +119,26 @@ int pe_cpu_set_partial_lines(int v)
     if (v >= 0)
         PARTIAL_STORE(&partial_lines, v != 0);
     return pe_cpu_partial_lines();
+}
+
+/* pe_cpu_set_stream_min_bytes's setting in KiB, -1: none (the rule) */
+static PARTIAL_INT stream_min_kib = -1;
+
+size_t pe_cpu_stream_min_bytes(void)
+{
+    const int set = PARTIAL_LOAD(&stream_min_kib);
+    if (set >= 0)
+        return (size_t)set << 10;
+    const ptrdiff_t llc = pe_cache_llc_bytes();
+    const size_t most = (size_t)PE_STREAM_MOST_BYTES,
+                 share = llc > 0 ? (size_t)llc / 4 * 3 : most;
+    return share < (size_t)PE_STREAM_MIN_BYTES ? (size_t)PE_STREAM_MIN_BYTES
+           : share > most                      ? most : share;
+}
+
+size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v)
+{
+    if (v >= -1)
+        PARTIAL_STORE(&stream_min_kib, v < 0 ? -1 : v >> 10 > INT_MAX ? INT_MAX : (int)(v >> 10));
+    return pe_cpu_stream_min_bytes();
 }

@@ -132,9 +132,10 @@ static void huge_pages(void *p, size_t n) { (void)p, (void)n; }
 static size_t physical_memory(void) { return 0; }
 #endif
 
-int pe_memory_stream_ok(const void *mid, int whole_lines)
+int pe_memory_stream_ok(const void *mid, int whole_lines, size_t bytes)
 {
-    return pe_memory_resident(mid) && (whole_lines || pe_cpu_partial_lines());
+    return bytes >= pe_cpu_stream_min_bytes() && pe_memory_resident(mid) &&
+           (whole_lines || pe_cpu_partial_lines());
 }
 
 /* a large block on a 64-byte line (malloc's large blocks start 16 bytes
