@@ -440,7 +440,8 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       per_call=True, calls=20, note="seq_axis=1"))
 
     # prefill-sized: x and y together a quarter of the last-level cache
-    # (x 4 MiB of a 32 MiB cache): streaming stores would send y to memory
+    # (x 4 MiB of a 32 MiB cache; 16 to 1024 positions): streaming stores
+    # would send y to memory
     Sm = max(16, min(1024, cfg.llc // 8 // (H * D * 4)))
     xm = rng.standard_normal((1, H, Sm, D), dtype=np.float32)
     ym = np.empty_like(xm)
@@ -450,7 +451,7 @@ def _rope_cases(cfg: Config) -> list[Case]:
                       lambda: posemb.apply_rope(xm, cm_, sm_, out=ym),
                       limit=_limit("copy", xm, ym), torch=tm, compile=cfg.compiled(tm),
                       ort=ort(xm, H, out=np.empty_like(xm), p=pos[:, :Sm]),
-                      note="x + y: 1/4 of the last-level cache"))
+                      note="x + y: about 1/4 of the last-level cache"))
 
     # decode step: one new token per head, table row from the cache
     q = rng.standard_normal((1, 32, 1, 128), dtype=np.float32)

@@ -678,19 +678,24 @@ PYFN(_dispatch)
 }
 
 /* _stream_min_bytes(v) -> pe_cpu_stream_min_bytes() after setting it to v
- * bytes (-1: back to the rule; None: unchanged), for the tests of both
- * store paths */
+ * bytes (at least PE_STREAM_MIN_BYTES, whole KiB; -1: back to the rule;
+ * None: unchanged), for the tests of both store paths */
 PYFN(_stream_min_bytes)
 {
     PyObject *v;
     Py_ssize_t n = -2;
     PARSE("O:_stream_min_bytes", &v);
     if (v != Py_None) {
-        n = PyLong_Check(v) ? PyLong_AsSsize_t(v) : -3;
-        if (n < -1) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError,
-                                "_stream_min_bytes: v must be None, -1 or a size in bytes");
+        if (PyBool_Check(v) || !PyIndex_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "_stream_min_bytes: v must be None or an int");
+            return NULL;
+        }
+        n = PyNumber_AsSsize_t(v, NULL);   /* (clamped: a huge v streams nothing) */
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+        if (n != -1 && n < PE_STREAM_MIN_BYTES) {
+            PyErr_SetString(PyExc_ValueError,
+                            "_stream_min_bytes: v must be -1 or a size of at least 4 MiB");
             return NULL;
         }
     }

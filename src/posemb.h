@@ -67,8 +67,9 @@ const char *pe_family_isa(int family);
 int pe_cpu_partial_lines(void);
 int pe_cpu_set_partial_lines(int v);
 /* The smallest output the kernels stream (see PE_STREAM_MIN_BYTES);
- * pe_cpu_set_stream_min_bytes(v) sets it to v bytes (whole KiB; for
- * tests), -1 back to the rule, below -1 leaves it; both return it. */
+ * pe_cpu_set_stream_min_bytes(v) sets it to v bytes (for tests: at least
+ * PE_STREAM_MIN_BYTES, whole KiB), -1 back to the rule, below -1 leaves
+ * it; both return it. */
 size_t pe_cpu_stream_min_bytes(void);
 size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v);
 
@@ -308,8 +309,7 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * last-level cache anyway, and cost where it would (the call, and whatever
  * reads the output next, then go to memory).  So the kernels stream only
  * outputs of at least pe_cpu_stream_min_bytes(): 3/4 of the last-level
- * cache (glibc's memcpy threshold for its streaming copy, the larger of
- * its rules), kept within PE_STREAM_MIN_BYTES .. PE_STREAM_MOST_BYTES.
+ * cache, kept within PE_STREAM_MIN_BYTES .. PE_STREAM_MOST_BYTES.
  * Measured, 1 thread, Zen 3 EPYC VM (32 MiB L3), float32 RoPE out of place
  * into a reused output, minima over 3 processes each, plain / streaming
  * stores: x of 4 MiB 195 / 257 us (with a y.max() after: 271 / 492), 8
@@ -318,7 +318,7 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * 3575.  On a Xeon VM whose 480 MB L3 is shared with other guests, x +
  * table plain stores were faster up to a 16 MiB output and streaming
  * stores from about 24 MiB on (by 1.5x): a core's share of a large shared
- * cache is smaller than the cache, hence the cap.  (runtime/memory.c)
+ * cache is smaller than the cache, hence the cap.  (runtime/dispatch.c)
  */
 #define PE_STREAM_MIN_BYTES ((ptrdiff_t)4 << 20)
 #define PE_STREAM_MOST_BYTES ((ptrdiff_t)24 << 20)

@@ -161,33 +161,38 @@ def test_streaming_partial_lines_probe_and_setting():
 def test_streaming_threshold_rule_and_setting(rng):
     """Outputs are streamed from 3/4 of the last-level cache on, within 4 and
     24 MiB (show_config's streaming_from); _stream_min_bytes sets it (for
-    tests), -1 restores the rule, and anything else is refused.  An output
-    between 4 MiB and the rule's size gives the same bits with plain stores
-    (the default) as streamed."""
+    tests: at least 4 MiB, whole KiB), -1 restores the rule, and anything
+    else is refused.  An output between 4 MiB and the rule's size (where the
+    rule is above 4 MiB) gives the formula's bits, with plain stores by
+    default and streamed when set so."""
     from posemb import _core
     old = _core._stream_min_bytes(None)
+    llc = int(posemb.show_config(print_=False)["last_level_cache"].split()[0]) << 10
+    want = min(max(llc // 4 * 3, 4 << 20), 24 << 20)
     try:
-        llc = int(posemb.show_config(print_=False)["last_level_cache"].split()[0]) << 10
-        want = min(max(llc // 4 * 3, 4 << 20), 24 << 20)
         assert _core._stream_min_bytes(-1) == want
         assert posemb.show_config(print_=False)["streaming_from"] == f"{want >> 10} KiB"
         assert _core._stream_min_bytes(5 << 20) == 5 << 20
         assert _core._stream_min_bytes(None) == 5 << 20
-        assert _core._stream_min_bytes((5 << 20) + 100) == 5 << 20      # whole KiB
-        with pytest.raises(ValueError, match="size in bytes"):
-            _core._stream_min_bytes(-2)
-        with pytest.raises(ValueError, match="size in bytes"):
-            _core._stream_min_bytes(1.5)
-        assert _core._stream_min_bytes(None) == 5 << 20
-        # (1, 8, 1040, 128) float32: 4.06 MiB, streamed only when set so
+        assert _core._stream_min_bytes(np.int64((5 << 20) + 100)) == 5 << 20    # whole KiB
+        for bad, err in ((-2, ValueError), ((4 << 20) - 1024, ValueError), (0, ValueError),
+                         (-(1 << 70), ValueError), (True, TypeError),
+                         (1.5, TypeError), ("4194304", TypeError)):
+            with pytest.raises(err, match="_stream_min_bytes: v must be"):
+                _core._stream_min_bytes(bad)
+            assert _core._stream_min_bytes(None) == 5 << 20, bad                 # unchanged
+        assert _core._stream_min_bytes(1 << 70) == (2**31 - 1) << 10           # never
+        # (1, 8, 1040, 128) float32: 4.06 MiB, into an output whose pages are
+        # in memory (streaming needs them there)
         x = rng.standard_normal((1, 8, 1040, 128), dtype=np.float32)
         cos, sin = posemb.rope_cos_sin(np.arange(1040), 128)
         # HF's x * cos + rotate_half(x) * sin, term for term in float32
         expect = x * cos + np.concatenate([-x[..., 64:], x[..., :64]], axis=-1) * sin
-        for v in (-1, 4 << 20):
+        out = np.zeros_like(x)
+        for v in (-1, 4 << 20, -1):
             _core._stream_min_bytes(v)
-            out = np.empty_like(x)
+            out[...] = 0
             assert posemb.apply_rope(x, cos, sin, out=out) is out
             np.testing.assert_array_equal(out, expect)
     finally:
-        _core._stream_min_bytes(-1 if old == want else old)
+        _core._stream_min_bytes(old)

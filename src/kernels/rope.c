@@ -2089,7 +2089,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const int stage_width = rope_table.nt_align >= 32 ? 32 : 16;
 #define MAY_STAGE() (g->y_inner == itemsize && g->y_s == g->d * itemsize && \
                      g->d * itemsize < ROPE_GROUP_BYTES && ALIGNED(g->y_h, 64) &&   \
-                     !in_place && large && !pe_cpu_partial_lines() && MAY_STREAM(1))
+                     !in_place && large && MAY_STREAM(1) && !pe_cpu_partial_lines())
     if ((type == 0 || type == 3) && job.dup != NULL && MAY_STAGE()) {
         job.stage = stage_width;   /* (the plain dup kernel: not two heads' rows
                                * streamed 16 bytes at a time) */

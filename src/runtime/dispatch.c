@@ -138,7 +138,9 @@ size_t pe_cpu_stream_min_bytes(void)
 
 size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v)
 {
-    if (v >= -1)
-        PARTIAL_STORE(&stream_min_kib, v < 0 ? -1 : v >> 10 > INT_MAX ? INT_MAX : (int)(v >> 10));
+    if (v >= -1) {
+        const ptrdiff_t kib = (v < PE_STREAM_MIN_BYTES ? PE_STREAM_MIN_BYTES : v) >> 10;
+        PARTIAL_STORE(&stream_min_kib, v < 0 ? -1 : kib > INT_MAX ? INT_MAX : (int)kib);
+    }
     return pe_cpu_stream_min_bytes();
 }

@@ -3,8 +3,10 @@
  * (non-temporal) stores into an output?  See pe_memory_resident in posemb.h:
  * only into pages already in memory (a reused out=), never into a fresh
  * allocation, whose pages the kernel zeroes on first touch, leaving them in
- * cache; and, on CPUs that pay for it (pe_memory_stream_ok), only where each
- * line is written whole.  And the output cache (pe_out_cache in posemb.h),
+ * cache; only into outputs the last-level cache would not hold
+ * (pe_cpu_stream_min_bytes); and, on CPUs that pay for it
+ * (pe_memory_stream_ok), only where each line is written whole.  And the
+ * output cache (pe_out_cache in posemb.h),
  * which keeps freed large outputs for the next output of the same size.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
