@@ -114,9 +114,8 @@ def _scatter_reference(g, pos, m, dtype):
                                   (7, 0)])
 def test_backward_assign_ignores_prior_contents(rng, dtype, n, m):
     """assign=True starts every row from zero: a NaN-filled table gives the same bits
-    as a zeroed one, in blocks of rows (m <= 2n; random positions: one block per
-    thread, 9000 rows zeroed first or tracked row by row) and in token order (a
-    tall table)."""
+    as a zeroed one, row by row (m <= 2n: each row summed from its tokens, a row
+    with none zeroed) and in token order (a tall table)."""
     d = 9
     acc = np.float64 if dtype == np.float64 else np.float32
     g = rng.standard_normal((n, d)).astype(dtype)
@@ -135,10 +134,10 @@ def test_backward_assign_ignores_prior_contents(rng, dtype, n, m):
         [np.arange(m), pos]).astype(np.int64), m, acc))
 
 
-def test_backward_assign_blocks_zero_rows_without_tokens(rng):
-    """Blocks of table rows (4 KiB rows, 4 tokens per row: several blocks
-    of L2's size): rows no token lands on, in every block, come out +0 from
-    a NaN-filled table, and the others as the serial loop's sums."""
+def test_backward_assign_zeroes_rows_without_tokens(rng):
+    """4 KiB rows, 8 tokens on each even row: rows no token lands on come
+    out +0 from a NaN-filled table, and the others as the serial loop's
+    sums."""
     d, m, n = 1024, 300, 1200
     g = rng.standard_normal((n, d), dtype=np.float32)
     pos = 2 * rng.integers(0, m // 2, n)                     # odd rows: no token
@@ -174,14 +173,14 @@ def _position_patterns(rng, m, n):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("d, m, n", [
-    (64, 3000, 4000),     # under 4 tokens per row: blocks of one row
-    (256, 2000, 8192),    # blocks of 256 rows (1 KiB rows, 512 KiB-1 MiB L2), the last short
+    (64, 3000, 4000),     # under 2 tokens per row: many rows with none
+    (256, 2000, 8192),    # 4 tokens per row, 1 KiB rows
 ])
 def test_backward_any_thread_count_same_bits(rng, threads, d, m, n):
-    """Every way the pool splits the backward (parts of whole blocks of
-    table rows, cut by their tokens + rows; blocks with no token, hot rows,
-    a short last block) gives the serial loop's bits, and torch's, for any
-    thread count and position pattern."""
+    """Every way the pool splits the backward (parts of whole table rows,
+    cut by their tokens + rows; rows with no token, hot rows) gives the
+    serial loop's bits, and torch's, for any thread count and position
+    pattern."""
     old = posemb.get_num_threads()
     try:
         posemb.set_num_threads(threads)
@@ -629,10 +628,10 @@ def test_forward_gufunc_never_reads_out_of_bounds():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_backward_token_order_column_split_is_serial_bits(rng, threads):
-    """A table that stays in the last-level cache: tokens in order, the
-    columns (16-feature groups, here with a ragged last group) split over
-    the pool: the bits of the serial loop, at any thread count."""
+def test_backward_many_tokens_per_row_is_serial_bits(rng, threads):
+    """About 300 tokens per row of a short table (each row's addends summed
+    group after group, 200 features: 6 chunks of 32 and a tail of 8): the
+    bits of the serial loop, at any thread count."""
     n, m, d = 20000, 64, 200
     g = rng.standard_normal((n, d), dtype=np.float32)
     pos = rng.integers(0, m, n)
@@ -643,3 +642,48 @@ def test_backward_token_order_column_split_is_serial_bits(rng, threads):
     finally:
         posemb.set_num_threads(old)
     np.testing.assert_array_equal(gw, _scatter_reference(g, pos, m, np.float32))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("d", [1, 8, 31, 77, 96])
+def test_backward_row_sums_every_dtype_width_and_group(rng, threads, dtype, d):
+    """The grouped sums (a row's addends read side by side, 32 float32 or 16
+    float64 columns per chunk at the AVX2 level, the columns past the last
+    chunk and the portable level 8 at a time; a row with more addends than a
+    group carries its partial sums to the next group): the serial loop's bits
+    for every gradient dtype and width, with a hot row of 40 addends, rows of
+    one, rows of none, order-sensitive magnitudes, assigning and
+    accumulating."""
+    from posemb import _learned
+    m, n = 50, 300
+    pos = np.concatenate([np.zeros(40, np.int64), rng.integers(1, m - 5, n - 40)])
+    rng.shuffle(pos)
+    g32 = rng.standard_normal((n, d)).astype(np.float32)
+    g32[::5] *= 3e3 if dtype == "float16" else 1e7           # (order-sensitive sums)
+    acc = np.float64 if dtype == "float64" else np.float32
+    if dtype == "bfloat16":
+        g = _bf16_round(g32)                                  # bit patterns
+        gv = _bf16_value(g)
+    else:
+        g = g32.astype(dtype)
+        gv = g.astype(acc)
+    start = rng.standard_normal((m, d)).astype(acc)
+    old = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        if dtype == "bfloat16":
+            got = _learned.backward_bf16_bits(g, pos, m)
+            np.testing.assert_array_equal(got, _scatter_reference(gv, pos, m, acc))
+            return
+        got = np.full((m, d), np.nan, acc)
+        _core._learned_back(g, pos, got, True)
+        np.testing.assert_array_equal(got, _scatter_reference(gv, pos, m, acc))
+        assert not np.signbit(got[m - 5:]).any()              # rows with no token: +0
+        got = start.copy()
+        _core._learned_back(g, pos, got)
+    finally:
+        posemb.set_num_threads(old)
+    want = start.copy()
+    np.add.at(want, pos, gv)                                  # serial, in token order
+    np.testing.assert_array_equal(got, want)

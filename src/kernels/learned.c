@@ -212,156 +212,91 @@ DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
 /* Backward: gw[pos[t]] += g[t]                                         */
 /* ------------------------------------------------------------------ */
 
-/* Row adds are compiled twice (portable C, and C for AVX2 on x86-64,
- * picked by the dispatch): same bits on all. */
 /*
- * With scratch (a table not much taller than the batch), the table is cut
- * into blocks of R consecutive rows, R a power of two whose rows fill
- * about half of one core's L2 (read at run time).  The tokens are grouped
- * by block, stably (a counting sort, O(n + m)), and each block is finished
- * before the next: its tokens, in token order, are added into its rows,
- * which stay in L2 while their addends stream in.  Every element still
- * gets its addends in token order, so the result is the serial loop's
- * bits.  For the common batch of sequences (positions arange(s) in every
- * row), a block's tokens are b runs of R consecutive gradient rows, each
- * read front to back, and the gradient is read once in all.
+ * With scratch (a table not much taller than the batch), the tokens are
+ * grouped by position, stably (a counting sort, O(n + m)), and each table
+ * row is then made in one go: its addends, in token order, are summed in
+ * registers a chunk of columns at a time (32 float32 values at the AVX2
+ * level, 8 in portable C), read side by side from all of the row's
+ * gradient rows, and the chunk is stored once.  The table is written
+ * once, front to back, and never read back (with assign); the gradient is
+ * read once, from as many places at a time as the row has addends (at
+ * most LEARNED_SUM_GROUP: a longer list is summed in groups, the row
+ * carrying the partial sums from one group to the next).  Every element
+ * still gets its addends in token order, starting from +0 (assign) or
+ * from the table's value, so the result is the serial loop's bits.
  *
- * It replaced two walks: token order over a table kept in the last-level
- * cache (each gradient row added into its table row there), and buckets
- * of one row each (a jump in the gradient per row, which measured 3.6x
- * one read of the gradient against token order's 1.9x on a Zen 5 EPYC).
- * Measured on a Zen 3 EPYC VM (32 MiB L3, 512 KiB L2), 1 thread, old and
- * new builds alternated process by process, minima, positions in runs
- * (arange(2048) per batch row): 8x2048 tokens of 1024
- * float32 features into 2048 rows 5.7-6.1 ms (token order) -> 4.5-5.0 ms;
- * the same with 2 or 4 batches (16-32 MiB of gradient) 1.3-1.5 -> 0.7-1.1
- * ms and 2.2-3.1 -> 1.6-2.4 ms; 8x2048 tokens of 512 float64 6.5-7.1 ->
- * 5.2-5.6 ms.  Here one-row buckets measured the same as blocks for 4
- * and 8 tokens per row (interleaved in one process), so blocks are kept
- * for the machines where a jump per row costs.  Scattered positions keep
- * token order over a table in the last-level cache, as one block per
- * thread (learned_block_shift): random positions, the case above, 6.9-7.5
- * -> 5.8-6.4 ms at 1 thread, 3.9-4.6 ms both at 2.
+ * It replaced blocks of rows filling half of L2 (tokens in token order
+ * within a block) and, for scattered positions into a table within a
+ * quarter of the last-level cache, token order over the whole table (each
+ * gradient row added into its table row there, in L3).  Measured on a Zen
+ * 4 EPYC VM (32 MiB L3, 1 MiB L2, AVX-512), 8x2048 tokens of 1024 float32
+ * features into 2048 rows, 1 thread, minima of 15: in C, token order 4.0-
+ * 4.7 ms (AVX2 and AVX-512 alike) against 2.5-3.1 ms (positions arange(2048)
+ * per batch row) and 3.4-3.5 ms (random) for these sums (AVX-512 no faster
+ * than AVX2; software prefetch of the next chunks made them 10-20% slower;
+ * a row summed whole into L1, one gradient row after another, 6.3-7.5 ms).
  *
- * The pool splits the blocks: each part owns disjoint rows of gw and
- * visits their tokens in order, so the result is the same bits for any
- * thread count.  Parts are cut by work, not by blocks: block c costs its
- * tokens plus its rows, so positions in runs that fill part of the table
- * (a short sequence in a tall table) still keep every thread busy.
- * Scattered positions have one block per thread, so a skewed scatter (a
- * few hot rows in random order) can leave a thread with little to do.
+ * The pool splits the rows: each part owns disjoint rows of gw, so the
+ * result is the same bits for any thread count.  Parts are cut by work,
+ * not by rows: row p costs its tokens plus one, so a few hot rows still
+ * leave every thread busy.
  */
-#define LEARNED_BLOCK_MAX_ROWS 4096
 typedef struct {
     ptrdiff_t d, m, rowbytes;
-    int shift;          /* R = 1 << shift rows per block */
-    ptrdiff_t blocks;
     const void *g;
     void *gw;
-    const int64_t *end, *order, *key;   /* block c's tokens: order[lo(c) .. end[c]) */
-    int64_t total;      /* tokens in blocks: order[0 .. total) */
+    const int64_t *end, *order;   /* row p's tokens: order[lo(p) .. end[p]) */
     int assign;
 } learned_back_job;
 
-/* the row adds fetch the next token's row this far ahead of use
- * (about 8% faster for 4 KB rows of an L3-resident g) */
-#define LEARNED_PREFETCH_BYTES 1024
+/* addends summed side by side (gradient rows read at a time) */
+#define LEARNED_SUM_GROUP 16
 
-/* Scratch for the blocks when the table is not much larger than the batch. */
+/* Scratch for the grouping when the table is not much larger than the batch. */
 ptrdiff_t pe_learned_back_work(ptrdiff_t n, ptrdiff_t m)
 {
     return m <= 2 * n ? 2 * n + m + 1 : 0;
 }
 
-/* Do the positions come mostly in runs (p, p + 1, ...), as sequences do? */
-static int learned_in_runs(ptrdiff_t n, const int64_t *pos)
-{
-    ptrdiff_t runs = 0;
-    for (ptrdiff_t t = 1; t < n; t++)
-        runs += pos[t - 1] < INT64_MAX && pos[t] == pos[t - 1] + 1;
-    return 2 * runs >= n;
-}
-
 /*
- * log2 of the rows per block.  Positions in runs: rows of rowbytes filling
- * about half of L2, or single rows when the batch holds fewer than 4
- * tokens per row (a row then gets its few addends back to back, from L1;
- * blocks measured 10-20% slower there: 2x65536 tokens of 256 float32
- * features, 65536 positions, 9.9 ms for single rows against 11.1-12.2 ms
- * for blocks of 2-256 rows, interleaved in one process, 1 thread; at 4 and
- * 8 tokens per row both within the noise of each other).  Scattered
- * positions into a table that stays in the last-level cache (a quarter of
- * it): one block per thread, so each thread reads its tokens' gradient
- * rows in token order, front to back, and adds them into the table there;
- * small blocks would read the gradient a scattered row at a time.
- * Measured, 8x2048 random positions in 2048 rows of 1024 float32, block
- * sizes interleaved in one process, minima of 21: 1 thread, one block
- * 4.8-5.4 ms against 6.2-6.9 ms for 64 rows; 2 threads, two blocks
- * 3.6-3.8 against 4.4-4.6 ms.  (Positions in runs: one block per thread
- * was 0-5% slower than 64 rows.)
+ * Group token indices by position, stably (a counting sort, O(n + m)).
+ * Given pos (n), m, work (2n + m + 1).  Returned: end (m) and order (n, in
+ * work) with row p's tokens order[lo(p) .. end[p]), lo(p) = p ? end[p-1]
+ * : 0, ascending.  pos is read once here (into a private snapshot), so the
+ * rows stay in bounds even if pos changes meanwhile.
  */
-static int learned_block_shift(ptrdiff_t rowbytes, ptrdiff_t n, ptrdiff_t m,
-                               const int64_t *pos)
+static void learned_group(ptrdiff_t n, const int64_t *pos, ptrdiff_t m, int64_t *work,
+                          int64_t **end, int64_t **order)
 {
-    const ptrdiff_t budget = pe_cache_l2_bytes() / 2;
-    int s = 0;
-    if (m * rowbytes <= pe_cache_llc_bytes() / 4 && !learned_in_runs(n, pos)) {
-        const ptrdiff_t parts = pe_get_num_threads();
-        while (((ptrdiff_t)1 << s) * parts < m)
-            s++;
-        return s;
-    }
-    if (n / 4 < m)
-        return 0;
-    while (((ptrdiff_t)2 << s) <= LEARNED_BLOCK_MAX_ROWS &&
-           ((ptrdiff_t)2 << s) * rowbytes <= budget)
-        s++;
-    return s;
-}
-
-/*
- * Group token indices by block (p >> shift), stably (a counting sort,
- * O(n + m)).  Given pos (n), m, work (2n + m + 1).  Returned: key (n, in
- * work: pos[t], or -1 outside [0, m)), order (n, in work) and end (the
- * blocks' ends) with block c = order[lo(c) .. end[c]), lo(c) = c ?
- * end[c-1] : 0, tokens ascending in each block.  pos is read once here
- * (key is a private snapshot), so the blocks stay in bounds even if pos
- * changes meanwhile (learned_in_runs reads it before, only to choose R).
- */
-static void learned_blocks(ptrdiff_t n, const int64_t *pos, ptrdiff_t m, int shift,
-                           int64_t *work, int64_t **end, int64_t **key, int64_t **order)
-{
-    const ptrdiff_t blocks = m ? ((m - 1) >> shift) + 1 : 0;
     int64_t *e = work, *k = work + m + 1, *o = k + n;
-    memset(e, 0, (size_t)(blocks + 1) * sizeof *e);
+    memset(e, 0, (size_t)(m + 1) * sizeof *e);
     for (ptrdiff_t t = 0; t < n; t++) {
         const int64_t p = pos[t];
         k[t] = (p >= 0 && p < m) ? p : -1;
         if (k[t] >= 0)
-            e[(k[t] >> shift) + 1]++;
+            e[k[t] + 1]++;
     }
-    for (ptrdiff_t c = 1; c <= blocks; c++)      /* e[c] = the start of block c */
-        e[c] += e[c - 1];
-    for (ptrdiff_t t = 0; t < n; t++)   /* e[c] ends as the end of block c */
+    for (ptrdiff_t p = 1; p <= m; p++)      /* e[p] = the start of row p */
+        e[p] += e[p - 1];
+    for (ptrdiff_t t = 0; t < n; t++)       /* e[p] ends as the end of row p */
         if (k[t] >= 0)
-            o[e[k[t] >> shift]++] = t;
+            o[e[k[t]]++] = t;
     *end = e;
-    *key = k;
     *order = o;
 }
 
 /*
- * Blocks [0, c) hold lo(c) + min(c R, m) units of work (their tokens and
- * rows).  Returned: the first block whose work starts at or after u
- * (blocks if none), so work ranges [b, e) map to disjoint block ranges.
+ * Rows [0, p) hold lo(p) + p units of work (their tokens and rows).
+ * Returned: the first row whose work starts at or after u (m if none), so
+ * work ranges [b, e) map to disjoint row ranges.
  */
-static ptrdiff_t learned_block_first(const learned_back_job *j, ptrdiff_t u)
+static ptrdiff_t learned_row_first(const learned_back_job *j, ptrdiff_t u)
 {
-    ptrdiff_t lo = 0, hi = j->blocks;
+    ptrdiff_t lo = 0, hi = j->m;
     while (lo < hi) {
         const ptrdiff_t mid = lo + (hi - lo) / 2;
-        const ptrdiff_t rows = (mid << j->shift) < j->m ? mid << j->shift : j->m;
-        if ((mid ? j->end[mid - 1] : 0) + rows >= u)
+        if ((mid ? j->end[mid - 1] : 0) + mid >= u)
             hi = mid;
         else
             lo = mid + 1;
@@ -385,164 +320,128 @@ static void learned_back_zero_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
 }
 
 /*
- * Given n contiguous rows g[t] of d features, their positions, the table
- * height m, work (pe_learned_back_work(n, m) int64 values, or NULL) and
- * assign.  Returned: gw (m, d) with gw[pos[t], j] += g[t, j], in token
- * order, starting from gw's contents, or from +0 when assign is set (gw's
- * contents are then never read).
- *
- * Every element of gw receives its addends in token order whichever way
- * the loop runs, so both ways give the bits of a serial loop over tokens.
- * With work, tokens are visited block by block (above); with assign, a
- * row's first addend is stored as 0 + g (the bits of adding it to a
- * zeroed table: -0 becomes +0) and a row with no token is zeroed there, so
- * the table needs no separate zeroing pass.  Without work (a table much
- * larger than the batch), tokens are visited in order, after zeroing the
- * table on the pool when assign is set.
+ * The sums, portable C: columns [c, c + w) of dst set to (zero ? +0 :
+ * dst) + g[idx[0]] + ... + g[idx[k - 1]], in that order; w at most 8, a
+ * constant where it is inlined for whole chunks (the accumulators then
+ * stay in registers).
  */
-#define DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, NAME, ATTR)                     \
-/* dst (+)= src in chunks, each after prefetching next's matching chunk */    \
-ATTR static void NAME(ptrdiff_t d, const TG *restrict src,                    \
-                                    TW *restrict dst, const TG *next,         \
-                                    int first)                                \
+#define DEFINE_LEARNED_SUM_COLS(TG, TW, SUF, CVT)                             \
+static inline void learned_sum_cols_##SUF(ptrdiff_t d, const TG *g,           \
+                                          const int64_t *idx, ptrdiff_t k,    \
+                                          TW *dst, ptrdiff_t c, ptrdiff_t w,  \
+                                          int zero)                           \
 {                                                                             \
-    const ptrdiff_t chunk = LEARNED_PREFETCH_BYTES / (ptrdiff_t)sizeof(TG);   \
-    for (ptrdiff_t c = 0; c < d; c += chunk) {                                \
-        const ptrdiff_t e = d - c < chunk ? d - c : chunk;                    \
-        if (next != NULL)                                                     \
-            pe_prefetch(next + c, e * (ptrdiff_t)sizeof(TG));                 \
-        if (first)                                                            \
-            for (ptrdiff_t i = c; i < c + e; i++)                             \
-                dst[i] = (TW)0 + CVT(src[i]);                                 \
-        else                                                                  \
-            for (ptrdiff_t i = c; i < c + e; i++)                             \
-                dst[i] += CVT(src[i]);                                        \
+    TW acc[8];                                                                \
+    for (ptrdiff_t i = 0; i < w; i++)                                         \
+        acc[i] = zero ? (TW)0 : dst[c + i];                                   \
+    for (ptrdiff_t q = 0; q < k; q++) {                                       \
+        const TG *s = g + idx[q] * d + c;                                     \
+        for (ptrdiff_t i = 0; i < w; i++)                                     \
+            acc[i] += CVT(s[i]);                                              \
     }                                                                         \
-}
-#if defined(PE_X86_SIMD)
-#define DEFINE_LEARNED_ROWS_ALL(TG, TW, SUF, CVT)                             \
-    DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, learned_back_rows_##SUF, )          \
-    DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, learned_back_rows_##SUF##_avx2,     \
-                        __attribute__((target("avx2"))))
-#else
-#define DEFINE_LEARNED_ROWS_ALL(TG, TW, SUF, CVT)                             \
-    DEFINE_LEARNED_ROWS(TG, TW, SUF, CVT, learned_back_rows_##SUF, )
-#endif
-
-typedef void (*rows_fn_f32)(ptrdiff_t, const float *, float *, const float *, int);
-typedef void (*rows_fn_f64)(ptrdiff_t, const double *, double *, const double *, int);
-typedef void (*rows_fn_f16)(ptrdiff_t, const uint16_t *, float *, const uint16_t *, int);
-typedef rows_fn_f16 rows_fn_bf16;
-
-
-#define DEFINE_LEARNED_BACK(TG, TW, SUF, CVT)                                 \
-/* work units [begin, end) of the blocked job: disjoint blocks of rows */     \
-static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
-{                                                                             \
-    const learned_back_job *j = (const learned_back_job *)ctx;                \
-    const TG *g = (const TG *)j->g;                                           \
-    TW *gw = (TW *)j->gw;                                                     \
-    unsigned char fresh[LEARNED_BLOCK_MAX_ROWS];  /* rows with no addend yet */\
-    const ptrdiff_t c1 = learned_block_first(j, end);                         \
-    for (ptrdiff_t c = learned_block_first(j, begin); c < c1; c++) {          \
-        const ptrdiff_t p0 = c << j->shift;                                   \
-        const ptrdiff_t rows = j->m - p0 < ((ptrdiff_t)1 << j->shift)         \
-                                   ? j->m - p0 : (ptrdiff_t)1 << j->shift;    \
-        /* rows with no addend yet are tracked; a larger block is zeroed */   \
-        const int track = j->assign && rows <= LEARNED_BLOCK_MAX_ROWS;        \
-        if (track)                                                            \
-            memset(fresh, 1, (size_t)rows);                                   \
-        else if (j->assign)                                                   \
-            memset(gw + p0 * j->d, 0, (size_t)(rows * j->rowbytes));          \
-        for (int64_t k = c ? j->end[c - 1] : 0; k < j->end[c]; k++) {         \
-            const int64_t t = j->order[k], r = j->key[t] - p0;                \
-            /* the next token's row (in this block or the next) */            \
-            const int64_t next = k + 1 < j->total ? j->order[k + 1] : t;      \
-            learned_table.rows_##SUF(j->d, g + t * j->d, gw + j->key[t] * j->d,\
-                                    g + next * j->d, track && fresh[r]);      \
-            if (track)                                                        \
-                fresh[r] = 0;                                                 \
-        }                                                                     \
-        if (track)                                                            \
-            for (ptrdiff_t r = 0; r < rows; r++)                              \
-                if (fresh[r])                                                 \
-                    memset(gw + (p0 + r) * j->d, 0, (size_t)j->rowbytes);     \
-    }                                                                         \
+    for (ptrdiff_t i = 0; i < w; i++)                                         \
+        dst[c + i] = acc[i];                                                  \
 }                                                                             \
-void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
-                           const int64_t *pos, ptrdiff_t m, TW *gw,           \
-                           int64_t *work, int assign)                         \
+static void learned_sum_##SUF(ptrdiff_t d, const TG *g, const int64_t *idx,   \
+                              ptrdiff_t k, TW *dst, int zero)                 \
 {                                                                             \
-    learned_back_job j;                                                       \
-    j.d = d;                                                                  \
-    j.m = m;                                                                  \
-    j.rowbytes = d * (ptrdiff_t)sizeof(TW);                                   \
-    j.g = g;                                                                  \
-    j.gw = gw;                                                                \
-    j.assign = assign;                                                        \
-    if (work != NULL && pe_learned_back_work(n, m) > 0) {                     \
-        int64_t *e, *k, *o;                                                   \
-        j.shift = learned_block_shift(j.rowbytes, n, m, pos);                 \
-        j.blocks = m ? ((m - 1) >> j.shift) + 1 : 0;                          \
-        learned_blocks(n, pos, m, j.shift, work, &e, &k, &o);                 \
-        j.end = e;                                                            \
-        j.key = k;                                                            \
-        j.order = o;                                                          \
-        j.total = j.blocks ? e[j.blocks - 1] : 0;                             \
-        pe_parallel_for((ptrdiff_t)j.total + m,                               \
-                        learned_back_grain(d * (ptrdiff_t)sizeof(TG)),        \
-                        learned_back_task_##SUF, &j);                         \
+    ptrdiff_t c = 0;                                                          \
+    for (; c + 8 <= d; c += 8)                                                \
+        learned_sum_cols_##SUF(d, g, idx, k, dst, c, 8, zero);                \
+    if (c < d)                                                                \
+        learned_sum_cols_##SUF(d, g, idx, k, dst, c, d - c, zero);            \
+}
+
+/*
+ * One table row: dst = (assign ? +0 : dst) + its k addends in order, in
+ * groups of LEARNED_SUM_GROUP (a row with none is zeroed when assign).
+ */
+#define DEFINE_LEARNED_ROW(TG, TW, SUF)                                       \
+static void learned_row_##SUF(ptrdiff_t d, const TG *g, const int64_t *idx,   \
+                              ptrdiff_t k, TW *dst, int assign)               \
+{                                                                             \
+    if (k == 0) {                                                             \
+        if (assign)                                                           \
+            memset(dst, 0, (size_t)d * sizeof *dst);                          \
         return;                                                               \
     }                                                                         \
-    if (assign)                                                               \
-        pe_parallel_for(m, learned_back_grain(j.rowbytes),                    \
-                        learned_back_zero_task, &j);                          \
-    for (ptrdiff_t t = 0; t < n; t++) {                                       \
-        const int64_t p = pos[t];                                             \
-        if (p >= 0 && p < m)                                                  \
-            learned_table.rows_##SUF(d, g + t * d, gw + p * d, NULL, 0);      \
-    }                                                                         \
+    for (ptrdiff_t q = 0; q < k; q += LEARNED_SUM_GROUP)                      \
+        learned_table.sum_##SUF(d, g, idx + q,                                \
+                                k - q < LEARNED_SUM_GROUP ? k - q : LEARNED_SUM_GROUP, \
+                                dst, assign && q == 0);                       \
+}
+
+/* the token-order loop for a table much taller than the batch */
+#define DEFINE_LEARNED_ADD(TG, TW, SUF, CVT)                                  \
+static void learned_add_##SUF(ptrdiff_t d, const TG *restrict src,            \
+                              TW *restrict dst)                               \
+{                                                                             \
+    for (ptrdiff_t i = 0; i < d; i++)                                         \
+        dst[i] += CVT(src[i]);                                                \
 }
 
 #define CVT_SAME(v) (v)
 #define CVT_HALF(v) pe_half_to_float(v)
 
-DEFINE_LEARNED_ROWS_ALL(float, float, f32, CVT_SAME)
-DEFINE_LEARNED_ROWS_ALL(double, double, f64, CVT_SAME)
-DEFINE_LEARNED_ROWS(uint16_t, float, f16, CVT_HALF, learned_back_rows_f16, )
-DEFINE_LEARNED_ROWS_ALL(uint16_t, float, bf16, bf16_value)
+DEFINE_LEARNED_SUM_COLS(float, float, f32, CVT_SAME)
+DEFINE_LEARNED_SUM_COLS(double, double, f64, CVT_SAME)
+DEFINE_LEARNED_SUM_COLS(uint16_t, float, f16, CVT_HALF)
+DEFINE_LEARNED_SUM_COLS(uint16_t, float, bf16, bf16_value)
+DEFINE_LEARNED_ADD(float, float, f32, CVT_SAME)
+DEFINE_LEARNED_ADD(double, double, f64, CVT_SAME)
+DEFINE_LEARNED_ADD(uint16_t, float, f16, CVT_HALF)
+DEFINE_LEARNED_ADD(uint16_t, float, bf16, bf16_value)
 
 #if defined(PE_X86_SIMD)
 #include <immintrin.h>
 /*
- * float16 with F16C (the AVX2 level), 8 values per conversion: the
- * widening is exact and vcvtps2ph rounds to nearest even, NaNs made quiet
- * as pe_float_to_half makes them, so these give the portable loops' bits.
- * (The portable loops convert one value at a time, through a function in
- * another file: 8x2048 tokens of 1024 float16 features took 43 ms for the
- * backward and 160 ms for the forward, against 5-6 ms in float32.)
+ * The sums at the AVX2 level: 4 vectors of accumulators per chunk (32
+ * float32 values, 16 float64), each addend's chunk loaded, widened
+ * (float16 with F16C: exact; bfloat16 by a shift: exact) and added in
+ * order; the last d % chunk columns through the portable loop.  The same
+ * operations per element in the same order: the portable loops' bits.
  */
-__attribute__((target("avx2,f16c")))
-static void learned_back_rows_f16_f16c(ptrdiff_t d, const uint16_t *restrict src,
-                                       float *restrict dst, const uint16_t *next,
-                                       int first)
-{
-    const ptrdiff_t chunk = LEARNED_PREFETCH_BYTES / (ptrdiff_t)sizeof *src;
-    for (ptrdiff_t c = 0; c < d; c += chunk) {
-        const ptrdiff_t e = d - c < chunk ? d - c : chunk;
-        ptrdiff_t i = c;
-        if (next != NULL)
-            pe_prefetch(next + c, e * (ptrdiff_t)sizeof *src);
-        for (; i + 8 <= c + e; i += 8) {
-            const __m256 v = _mm256_cvtph_ps(
-                _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
-            _mm256_storeu_ps(dst + i, _mm256_add_ps(first ? _mm256_setzero_ps()
-                                                          : _mm256_loadu_ps(dst + i), v));
-        }
-        for (; i < c + e; i++)
-            dst[i] = (first ? 0.0f : dst[i]) + pe_half_to_float(src[i]);
-    }
+#define F16_LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define DEFINE_LEARNED_SUM_AVX2(TG, TW, SUF, TARGET, V, L, ZERO, LOADW, LOADG, ADD, STORE) \
+__attribute__((target(TARGET)))                                              \
+static void learned_sum_##SUF##_avx2(ptrdiff_t d, const TG *g,                \
+                                     const int64_t *idx, ptrdiff_t k,         \
+                                     TW *dst, int zero)                       \
+{                                                                             \
+    ptrdiff_t c = 0;                                                          \
+    for (; c + 4 * (L) <= d; c += 4 * (L)) {                                  \
+        V a0, a1, a2, a3;                                                     \
+        if (zero) {                                                           \
+            a0 = a1 = a2 = a3 = ZERO();                                       \
+        } else {                                                              \
+            a0 = LOADW(dst + c);                                              \
+            a1 = LOADW(dst + c + (L));                                        \
+            a2 = LOADW(dst + c + 2 * (L));                                    \
+            a3 = LOADW(dst + c + 3 * (L));                                    \
+        }                                                                     \
+        for (ptrdiff_t q = 0; q < k; q++) {                                   \
+            const TG *s = g + idx[q] * d + c;                                 \
+            a0 = ADD(a0, LOADG(s));                                           \
+            a1 = ADD(a1, LOADG(s + (L)));                                     \
+            a2 = ADD(a2, LOADG(s + 2 * (L)));                                 \
+            a3 = ADD(a3, LOADG(s + 3 * (L)));                                 \
+        }                                                                     \
+        STORE(dst + c, a0);                                                   \
+        STORE(dst + c + (L), a1);                                             \
+        STORE(dst + c + 2 * (L), a2);                                         \
+        STORE(dst + c + 3 * (L), a3);                                         \
+    }                                                                         \
+    for (; c < d; c += 8)                                                     \
+        learned_sum_cols_##SUF(d, g, idx, k, dst, c, d - c < 8 ? d - c : 8, zero); \
 }
+DEFINE_LEARNED_SUM_AVX2(float, float, f32, "avx2", __m256, 8, _mm256_setzero_ps,
+                        _mm256_loadu_ps, _mm256_loadu_ps, _mm256_add_ps, _mm256_storeu_ps)
+DEFINE_LEARNED_SUM_AVX2(double, double, f64, "avx2", __m256d, 4, _mm256_setzero_pd,
+                        _mm256_loadu_pd, _mm256_loadu_pd, _mm256_add_pd, _mm256_storeu_pd)
+DEFINE_LEARNED_SUM_AVX2(uint16_t, float, f16, "avx2,f16c", __m256, 8, _mm256_setzero_ps,
+                        _mm256_loadu_ps, F16_LOAD8, _mm256_add_ps, _mm256_storeu_ps)
+DEFINE_LEARNED_SUM_AVX2(uint16_t, float, bf16, "avx2", __m256, 8, _mm256_setzero_ps,
+                        _mm256_loadu_ps, PE_BF16_LOAD8, _mm256_add_ps, _mm256_storeu_ps)
 
 /*
  * The forward's float16 (F16C) and bfloat16 rows at the AVX2 level:
@@ -550,7 +449,6 @@ static void learned_back_rows_f16_f16c(ptrdiff_t d, const uint16_t *restrict src
  * rounded by bf16_avx2.h's rule, the same bits as pe_float_to_bf16 for
  * these sums), anything else through the portable loop.
  */
-#define F16_LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define F16_STORE8(p, v) _mm_storeu_si128((__m128i *)(void *)(p),                  \
                                           _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
 #define BF16_STORE8(p, v) pe_bf16_store8((uint16_t *)(void *)(p), (v))
@@ -575,26 +473,32 @@ DEFINE_LEARNED_FWD16(learned_fwd_f16_f16c, "avx2,f16c", f16, F16_LOAD8, F16_STOR
 DEFINE_LEARNED_FWD16(learned_fwd_bf16_avx2, "avx2", bf16, PE_BF16_LOAD8, BF16_STORE8)
 #endif
 
+typedef void (*sum_fn_f32)(ptrdiff_t, const float *, const int64_t *, ptrdiff_t, float *, int);
+typedef void (*sum_fn_f64)(ptrdiff_t, const double *, const int64_t *, ptrdiff_t, double *,
+                           int);
+typedef void (*sum_fn_f16)(ptrdiff_t, const uint16_t *, const int64_t *, ptrdiff_t, float *,
+                           int);
+typedef sum_fn_f16 sum_fn_bf16;
+
 /* The kernels of the dispatched CPU level (pe_learned_dispatch); the
  * portable ones until it runs (C-only callers). */
 static struct {
-    rows_fn_f16 rows_f16;
-    rows_fn_f32 rows_f32;
-    rows_fn_f64 rows_f64;
-    rows_fn_bf16 rows_bf16;
+    sum_fn_f16 sum_f16;
+    sum_fn_f32 sum_f32;
+    sum_fn_f64 sum_f64;
+    sum_fn_bf16 sum_bf16;
     void (*fwd_f16)(const pe_learned_loop *);
     void (*fwd_bf16)(const pe_learned_loop *);
     void (*fwdnt[2])(const pe_learned_loop *);   /* NULL: no streaming stores */
-} learned_table = {learned_back_rows_f16, learned_back_rows_f32, learned_back_rows_f64,
-                   learned_back_rows_bf16, pe_learned_fwd_f16, pe_learned_fwd_bf16,
-                   {NULL, NULL}};
+} learned_table = {learned_sum_f16, learned_sum_f32, learned_sum_f64, learned_sum_bf16,
+                   pe_learned_fwd_f16, pe_learned_fwd_bf16, {NULL, NULL}};
 
 const char *pe_learned_dispatch(int level)
 {
-    learned_table.rows_f16 = learned_back_rows_f16;
-    learned_table.rows_f32 = learned_back_rows_f32;
-    learned_table.rows_f64 = learned_back_rows_f64;
-    learned_table.rows_bf16 = learned_back_rows_bf16;
+    learned_table.sum_f16 = learned_sum_f16;
+    learned_table.sum_f32 = learned_sum_f32;
+    learned_table.sum_f64 = learned_sum_f64;
+    learned_table.sum_bf16 = learned_sum_bf16;
     learned_table.fwd_f16 = pe_learned_fwd_f16;
     learned_table.fwd_bf16 = pe_learned_fwd_bf16;
     learned_table.fwdnt[0] = learned_table.fwdnt[1] = NULL;
@@ -605,13 +509,13 @@ const char *pe_learned_dispatch(int level)
     }
     if (level >= PE_CPU_AVX2) {
         if (pe_cpu_f16c()) {
-            learned_table.rows_f16 = learned_back_rows_f16_f16c;
+            learned_table.sum_f16 = learned_sum_f16_avx2;
             learned_table.fwd_f16 = learned_fwd_f16_f16c;
         }
-        learned_table.rows_bf16 = learned_back_rows_bf16_avx2;
+        learned_table.sum_bf16 = learned_sum_bf16_avx2;
         learned_table.fwd_bf16 = learned_fwd_bf16_avx2;
-        learned_table.rows_f32 = learned_back_rows_f32_avx2;
-        learned_table.rows_f64 = learned_back_rows_f64_avx2;
+        learned_table.sum_f32 = learned_sum_f32_avx2;
+        learned_table.sum_f64 = learned_sum_f64_avx2;
         return "avx2";
     }
     return level >= PE_CPU_SSE2 ? "sse2" : "baseline";
@@ -621,12 +525,63 @@ const char *pe_learned_dispatch(int level)
 #endif
 }
 
-DEFINE_LEARNED_BACK(float, float, f32, CVT_SAME)
-DEFINE_LEARNED_BACK(double, double, f64, CVT_SAME)
+/*
+ * Given n contiguous rows g[t] of d features, their positions, the table
+ * height m, work (pe_learned_back_work(n, m) int64 values, or NULL) and
+ * assign.  Returned: gw (m, d) with gw[pos[t], j] += g[t, j], in token
+ * order, starting from gw's contents, or from +0 when assign is set (gw's
+ * contents are then never read).  With work, row by row (above: a row's
+ * first addend is added to +0 when assign is set, the bits of adding it
+ * to a zeroed table, -0 becoming +0, and a row with no token is zeroed
+ * there); without (a table much taller than the batch), token by token
+ * after zeroing the table on the pool when assign is set.  Both give the
+ * bits of a serial loop over tokens.
+ */
+#define DEFINE_LEARNED_BACK(TG, TW, SUF)                                      \
+DEFINE_LEARNED_ROW(TG, TW, SUF)                                               \
+/* work units [begin, end) of the grouped job: disjoint rows */               \
+static void learned_back_task_##SUF(void *ctx, ptrdiff_t begin, ptrdiff_t end)\
+{                                                                             \
+    const learned_back_job *j = (const learned_back_job *)ctx;                \
+    const ptrdiff_t p1 = learned_row_first(j, end);                           \
+    for (ptrdiff_t p = learned_row_first(j, begin); p < p1; p++) {            \
+        const int64_t lo = p ? j->end[p - 1] : 0;                             \
+        learned_row_##SUF(j->d, (const TG *)j->g, j->order + lo, j->end[p] - lo, \
+                          (TW *)j->gw + p * j->d, j->assign);                 \
+    }                                                                         \
+}                                                                             \
+void pe_learned_back_##SUF(ptrdiff_t n, ptrdiff_t d, const TG *g,             \
+                           const int64_t *pos, ptrdiff_t m, TW *gw,           \
+                           int64_t *work, int assign)                         \
+{                                                                             \
+    learned_back_job j = {d, m, d * (ptrdiff_t)sizeof(TW), g, gw, NULL, NULL, assign}; \
+    if (work != NULL && pe_learned_back_work(n, m) > 0) {                     \
+        int64_t *e, *o;                                                       \
+        learned_group(n, pos, m, work, &e, &o);                               \
+        j.end = e;                                                            \
+        j.order = o;                                                          \
+        /* e[m]: the tokens in rows */                                        \
+        pe_parallel_for((ptrdiff_t)e[m] + m,                                  \
+                        learned_back_grain(d * (ptrdiff_t)sizeof(TG)),        \
+                        learned_back_task_##SUF, &j);                         \
+        return;                                                               \
+    }                                                                         \
+    if (assign)                                                               \
+        pe_parallel_for(m, learned_back_grain(j.rowbytes),                    \
+                        learned_back_zero_task, &j);                          \
+    for (ptrdiff_t t = 0; t < n; t++) {                                       \
+        const int64_t p = pos[t];                                             \
+        if (p >= 0 && p < m)                                                  \
+            learned_add_##SUF(d, g + t * d, gw + p * d);                      \
+    }                                                                         \
+}
+
+DEFINE_LEARNED_BACK(float, float, f32)
+DEFINE_LEARNED_BACK(double, double, f64)
 /* float16 and bfloat16 rows accumulate into a float32 table (round once
  * afterwards). */
-DEFINE_LEARNED_BACK(uint16_t, float, f16, CVT_HALF)
-DEFINE_LEARNED_BACK(uint16_t, float, bf16, bf16_value)
+DEFINE_LEARNED_BACK(uint16_t, float, f16)
+DEFINE_LEARNED_BACK(uint16_t, float, bf16)
 
 /* ------------------------------------------------------------------ */
 /* The forward gufunc loop on the pool (NumPy copies any overlapping    */
