@@ -8,10 +8,10 @@
  *   back:  dx = dy;   dW[p] = sum of dy[t] over every token t with pos[t] = p
  *
  * The backward is the hot one: NumPy's way is np.add.at, which handles one
- * index at a time through its generic machinery.  Here it is whole-row
- * adds, gw[pos[t]] += g[t], with the tokens grouped by position by a
- * stable counting sort (no comparison sort, O(n + m)) so each table row
- * stays in L1 while its addends stream in.  Each element still receives
+ * index at a time through its generic machinery.  Here the tokens are
+ * grouped by position by a stable counting sort (no comparison sort,
+ * O(n + m)) and each table row is summed from its gradient rows in
+ * registers, then stored once.  Each element still receives
  * its addends in token order, so the result has the bits of a serial loop
  * over tokens (and of PyTorch's Embedding backward on the CPU) and is
  * deterministic.
@@ -42,10 +42,9 @@ static inline float bf16_value(uint16_t b)
 }
 
 /*
- * Rows read in an order the hardware prefetcher cannot guess (table rows
- * picked by position, the backward's tokens grouped by block) start cold,
- * so the kernels fetch the next such row a little ahead of use
- * (pe_prefetch).
+ * Rows read in an order the hardware prefetcher cannot guess (the
+ * forward's table rows, picked by position) start cold, so the forward
+ * fetches the next such row a little ahead of use (pe_prefetch).
  */
 
 /* ------------------------------------------------------------------ */
