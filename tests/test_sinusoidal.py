@@ -351,10 +351,13 @@ def _table_for(x, rng):
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(3, 20, 33), (20, 33), (2, 3, 7, 5), (1, 1, 9000),
-                                   (50, 1, 16), (4, 6000, 1)])
+                                   (50, 1, 16), (4, 6000, 1), (3, 2000, 300),
+                                   (2, 2, 600000)])
 def test_add_rows_matches_numpy(rng, dtype, shape):
-    """Tiles of whole rows, a row split into tiles (9000 features), one row
-    per batch shared out by batch groups (seq 1), more leading axes."""
+    """Tiles of whole rows (one tile, or several: 2000 rows of a table larger
+    than an L2 of up to 2 MiB), a row split into tiles (600000 features, more
+    than such an L2 holds), one row per batch shared out by batch groups (seq
+    1), more leading axes."""
     x = (rng.standard_normal(shape) * 4).astype(dtype)
     t = _table_for(x, rng)
     y = _core.sinusoidal_add_rows(x, t)
