@@ -161,6 +161,22 @@ def empty_cache() -> None:
     _core._out_cache(limit)
 
 
+def _prefetch_ahead() -> str:
+    """show_config's account of the measured choice (pe_choice_way in C)."""
+    setting, kinds = _core._choice(None)
+    if setting >= 0:
+        return f"{'yes' if setting else 'no'} (set)"
+    dtypes = ("float16", "float32", "float64", "bfloat16")
+    seen = []
+    for kind, (without, with_) in enumerate(kinds):
+        if without or with_:
+            where = "in place" if kind >= 4 else "out="
+            pick = "yes" if without == 0 or (with_ and with_ < without) else "no"
+            times = "/".join(f"{p} ps" if p else "-" for p in (with_, without))
+            seen.append(f"{dtypes[kind % 4]} {where} {pick} ({times} per byte with/without)")
+    return "; ".join(seen) if seen else "measured on calls beyond the last-level cache (none yet)"
+
+
 def show_config(*, print_: bool = True) -> dict[str, str]:
     """The CPU level posemb's kernels run at, and what each family uses.
 
@@ -185,6 +201,10 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     there for what reads it next),
     ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
+    ``rope_prefetch_ahead`` (whether RoPE over arrays larger than the
+    last-level cache prefetches rows ahead in software: something the cache
+    sizes do not tell, so such calls measure both ways, per dtype and in
+    place or not, and keep the faster; the best times per byte so far),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).
 
     Examples
@@ -196,6 +216,7 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     """
     print_ = _checks.flag(print_, "print_")
     cfg = dict(_core._dispatch())
+    cfg["rope_prefetch_ahead"] = _prefetch_ahead()
     cfg["threads"] = str(get_num_threads())
     limit, held, blocks = _core._out_cache(None)
     cfg["output_cache"] = f"{held >> 20} MiB held in {blocks} blocks, limit {limit >> 20} MiB"

@@ -715,6 +715,41 @@ PYFN(_partial_lines)
     return PyBool_FromLong(pe_cpu_set_partial_lines(v == Py_None ? -1 : v == Py_True));
 }
 
+/* _choice(v) -> (setting, ((ps, ps) per kind)): the measured choices
+ * (pe_choice_way) after setting them to v (-1: measure; 0 or 1: that way
+ * for every kind; None: unchanged), each kind's best picoseconds per byte
+ * for way 0 and way 1 (0: none yet), for show_config and the tests */
+PYFN(_choice)
+{
+    PyObject *v, *kinds;
+    int way = -2;
+    PARSE("O:_choice", &v);
+    if (v != Py_None) {
+        if (PyBool_Check(v) || !PyLong_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "_choice: v must be None, -1, 0 or 1");
+            return NULL;
+        }
+        long w = PyLong_AsLong(v);
+        if (w == -1 && PyErr_Occurred())
+            PyErr_Clear(), w = 2;   /* (too large either way) */
+        if (w < -1 || w > 1) {
+            PyErr_SetString(PyExc_ValueError, "_choice: v must be None, -1, 0 or 1");
+            return NULL;
+        }
+        way = (int)w;
+    }
+    way = pe_choice_set(way);
+    if ((kinds = PyTuple_New(PE_CHOICE_KINDS)) == NULL)
+        return NULL;
+    for (int k = 0; k < PE_CHOICE_KINDS; k++) {
+        PyObject *pair = Py_BuildValue("(II)", pe_choice_best(k, 0), pe_choice_best(k, 1));
+        if (pair == NULL)
+            return Py_DECREF(kinds), NULL;
+        PyTuple_SET_ITEM(kinds, k, pair);
+    }
+    return Py_BuildValue("(iN)", way, kinds);
+}
+
 /* ---- The output cache (runtime/memory.c's pe_out_cache) as a NumPy
  * allocator.  It is installed only for the allocation of one large output
  * (_out_cache_empty; NumPy keeps the allocator in a context variable), and
@@ -840,6 +875,7 @@ static PyMethodDef METHODS[] = {
     METHOD(_stream_min_bytes,
            "(v) -> the smallest output streamed, after setting it to v bytes (-1: the rule)"),
     METHOD(_out_cache, "(limit) -> (limit, bytes kept, blocks kept); limit None: unchanged"),
+    METHOD(_choice, "(v) -> (setting, best ps/byte of way 0 and 1 per kind); v None: unchanged"),
     {NULL, NULL, 0, NULL}};
 
 /* ---- Module (multi-phase initialisation) */

@@ -72,6 +72,29 @@ int pe_cpu_set_partial_lines(int v);
  * it; both return it. */
 size_t pe_cpu_stream_min_bytes(void);
 size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v);
+/*
+ * Measured choices: two ways (0 and 1) of running one kind of call that give
+ * the same bits and whose speed the cache sizes do not predict (a software
+ * prefetch that one CPU's hardware prefetcher needs and another's is slowed
+ * by).  pe_choice_way(kind) says which way the next call of the kind takes;
+ * the caller times it and hands the time to pe_choice_report.  Each kind's
+ * first PE_CHOICE_TRIALS calls take both ways in turn, later calls the way
+ * whose best time per byte is lower, and every PE_CHOICE_RECHECK-th call the
+ * other way again, so a verdict is revisited.  pe_choice_set(way) forces a
+ * way for every kind (0 or 1; -1: measure; below -1 leaves it) and returns
+ * the setting; pe_choice_best gives a kind's best time per byte of a way in
+ * picoseconds (0: none yet).  Kinds: 0 .. PE_CHOICE_KINDS - 1.  Where there
+ * is no monotonic clock or atomic, every call takes way 1.
+ */
+#define PE_CHOICE_KINDS 8
+#define PE_CHOICE_TRIALS 8
+#define PE_CHOICE_RECHECK 16
+int pe_choice_way(int kind);
+void pe_choice_report(int kind, int way, double seconds, double bytes);
+int pe_choice_set(int way);
+unsigned pe_choice_best(int kind, int way);
+/* seconds on a monotonic clock (0 where there is none) */
+double pe_now_seconds(void);
 
 /*
  * Limits, defined here once (the binding exports them to Python as

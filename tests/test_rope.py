@@ -13,6 +13,7 @@ import pytest
 from _torch import torch
 
 import posemb
+from posemb import _core
 from posemb._bench import llc_bytes
 
 # ---------------------------------------------------------------- references
@@ -880,3 +881,56 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
     finally:
         _core._partial_lines(old_lines)
         posemb.set_num_threads(old_threads)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_prefetch_ahead_either_way_same_bits(rng, dtype, interleaved):
+    """Beyond the last-level cache the grouped walk prefetches rows ahead or
+    not, as measured on the calls themselves (show_config's
+    rope_prefetch_ahead); each way, forced with _core._choice, gives the
+    formula's bits in place and out of place, nothing written past out."""
+    heads, d = 8, 128
+    llc, seq = _past_the_cache(heads, d, dtype)
+    x0 = rng.standard_normal((1, heads, seq, d)).astype(dtype)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dtype, interleaved=interleaved)
+    want = formula_bits(x0, cos, sin, interleaved)
+    try:
+        for way in (0, 1):
+            assert _core._choice(way)[0] == way
+            assert posemb.show_config(print_=False)["rope_prefetch_ahead"] == \
+                ("yes" if way else "no") + " (set)"
+            buf = np.full(x0.size + 8, 7.0, dtype)
+            out = buf[:x0.size].reshape(x0.shape)
+            posemb.apply_rope(x0, cos, sin, interleaved=interleaved, out=out)
+            np.testing.assert_array_equal(out, want)
+            np.testing.assert_array_equal(buf[x0.size:], 7.0)
+            x = x0.copy()
+            posemb.apply_rope(x, cos, sin, interleaved=interleaved, out=x)
+            np.testing.assert_array_equal(x, want)
+    finally:
+        _core._choice(-1)
+
+
+def test_prefetch_ahead_is_measured_both_ways(rng):
+    """Measuring (the default): within PE_CHOICE_TRIALS + PE_CHOICE_RECHECK
+    calls of one kind (float32 in place beyond the cache), both ways have run
+    and been timed, and show_config reports the kind with its verdict.  The
+    setting takes -1, 0, 1 or None only."""
+    heads, d = 8, 128
+    _, seq = _past_the_cache(heads, d, np.float32)
+    x = rng.standard_normal((1, heads, seq, d), dtype=np.float32)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), d)
+    assert _core._choice(-1)[0] == -1
+    for _ in range(8 + 16):
+        posemb.apply_rope(x, cos, sin, out=x)
+    without, with_ = _core._choice(None)[1][4 + 1]          # (in place, float32)
+    assert without > 0 and with_ > 0
+    report = posemb.show_config(print_=False)["rope_prefetch_ahead"]
+    verdict = "yes" if with_ < without else "no"
+    assert f"float32 in place {verdict} ({with_} ps/{without} ps per byte" in report
+    for bad, err in ((2, ValueError), (-2, ValueError), (1 << 70, ValueError),
+                     (True, TypeError), (0.0, TypeError), ("1", TypeError)):
+        with pytest.raises(err, match="_choice: v must be"):
+            _core._choice(bad)
+        assert _core._choice(None)[0] == -1

@@ -144,3 +144,83 @@ size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v)
     }
     return pe_cpu_stream_min_bytes();
 }
+
+/* ------------------------------------------------------------------ */
+/* Measured choices (see posemb.h)                                      */
+/* ------------------------------------------------------------------ */
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__unix__) || defined(__APPLE__))
+#define CHOICE_MEASURED 1
+#define CHOICE_LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
+#define CHOICE_STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+#else
+#define CHOICE_MEASURED 0
+#endif
+
+/* -1: measure; 0 or 1: that way for every kind */
+static int choice_forced = -1;
+/* each kind's calls so far, and each way's best time in picoseconds per
+ * byte (0: none yet); a forked child keeps its parent's verdicts */
+static unsigned choice_calls[PE_CHOICE_KINDS];
+static unsigned choice_ps[PE_CHOICE_KINDS][2];
+
+int pe_choice_way(int kind)
+{
+#if CHOICE_MEASURED
+    const int forced = CHOICE_LOAD(&choice_forced);
+    if (forced >= 0 || kind < 0 || kind >= PE_CHOICE_KINDS)
+        return forced >= 0 ? forced : 1;
+    const unsigned n = __atomic_fetch_add(&choice_calls[kind], 1u, __ATOMIC_RELAXED);
+    if (n < PE_CHOICE_TRIALS)
+        return (int)(n & 1u);
+    const unsigned p0 = CHOICE_LOAD(&choice_ps[kind][0]),
+                   p1 = CHOICE_LOAD(&choice_ps[kind][1]);
+    const int best = p0 == 0 ? 0 : p1 == 0 ? 1 : p1 < p0;   /* (an untimed way: try it) */
+    return n % PE_CHOICE_RECHECK == 0 ? !best : best;
+#else
+    (void)kind;
+    return choice_forced >= 0 ? choice_forced : 1;
+#endif
+}
+
+void pe_choice_report(int kind, int way, double seconds, double bytes)
+{
+#if CHOICE_MEASURED
+    if (kind < 0 || kind >= PE_CHOICE_KINDS || (way != 0 && way != 1) || !(seconds > 0) ||
+        !(bytes > 0))
+        return;
+    const double ps = seconds * 1e12 / bytes;
+    const unsigned v = ps >= 4e9 ? 4000000000u : ps < 1 ? 1u : (unsigned)ps;
+    unsigned old = CHOICE_LOAD(&choice_ps[kind][way]);
+    while ((old == 0 || v < old) &&
+           !__atomic_compare_exchange_n(&choice_ps[kind][way], &old, v, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+#else
+    (void)kind, (void)way, (void)seconds, (void)bytes;
+#endif
+}
+
+int pe_choice_set(int way)
+{
+#if CHOICE_MEASURED
+    if (way >= -1 && way <= 1)
+        CHOICE_STORE(&choice_forced, way);
+    return CHOICE_LOAD(&choice_forced);
+#else
+    if (way >= -1 && way <= 1)
+        choice_forced = way;
+    return choice_forced;
+#endif
+}
+
+unsigned pe_choice_best(int kind, int way)
+{
+#if CHOICE_MEASURED
+    return kind >= 0 && kind < PE_CHOICE_KINDS && (way == 0 || way == 1)
+               ? CHOICE_LOAD(&choice_ps[kind][way]) : 0u;
+#else
+    (void)kind, (void)way;
+    return 0;
+#endif
+}

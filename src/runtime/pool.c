@@ -63,9 +63,11 @@ static double now_seconds(void)
         return 0.0;
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+double pe_now_seconds(void) { return now_seconds(); }
 #else
 #include <time.h>
 static double now_seconds(void) { return (double)clock() / CLOCKS_PER_SEC; }
+double pe_now_seconds(void) { return 0.0; }   /* (clock() is not monotonic time) */
 #endif
 
 /* seconds of work between two calls of stop() */
