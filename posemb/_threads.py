@@ -161,14 +161,16 @@ def empty_cache() -> None:
     _core._out_cache(limit)
 
 
-def _prefetch_ahead() -> str:
-    """show_config's account of the measured choice (pe_choice_way in C)."""
+def _measured_choice(half: int) -> str:
+    """show_config's account of one of RoPE's measured choices (pe_choice_way
+    in C): half 0 (prefetch ahead) or 1 (one head per call)."""
     setting, kinds = _core._choice(None)
     if setting >= 0:
         return f"{'yes' if setting else 'no'} (set)"
     dtypes = ("float16", "float32", "float64", "bfloat16")
+    n = len(kinds) // 2
     seen = []
-    for kind, (without, with_) in enumerate(kinds):
+    for kind, (without, with_) in enumerate(kinds[half * n:(half + 1) * n]):
         if without or with_:
             where = "in place" if kind >= 4 else "out="
             pick = "yes" if without == 0 or (with_ and with_ < without) else "no"
@@ -201,10 +203,12 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     there for what reads it next),
     ``l2_cache`` and ``last_level_cache`` (the sizes one core sees, which
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
-    ``rope_prefetch_ahead`` (whether RoPE over arrays larger than the
-    last-level cache prefetches rows ahead in software: something the cache
-    sizes do not tell, so such calls measure both ways, per dtype and in
-    place or not, and keep the faster; the best times per byte so far),
+    ``rope_prefetch_ahead`` and ``rope_one_head_per_call`` (whether RoPE
+    over arrays larger than the last-level cache prefetches rows ahead in
+    software, in the ``(b, h, s, d)`` layout, and takes one head per kernel
+    call, in the ``(b, s, h, d)`` one: something the cache sizes do not
+    tell, so such calls measure both ways, per dtype and in place or not,
+    and keep the faster; the best times per byte so far),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).
 
     Examples
@@ -216,7 +220,8 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     """
     print_ = _checks.flag(print_, "print_")
     cfg = dict(_core._dispatch())
-    cfg["rope_prefetch_ahead"] = _prefetch_ahead()
+    cfg["rope_prefetch_ahead"] = _measured_choice(0)
+    cfg["rope_one_head_per_call"] = _measured_choice(1)
     cfg["threads"] = str(get_num_threads())
     limit, held, blocks = _core._out_cache(None)
     cfg["output_cache"] = f"{held >> 20} MiB held in {blocks} blocks, limit {limit >> 20} MiB"

@@ -86,7 +86,7 @@ size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v);
  * picoseconds (0: none yet).  Kinds: 0 .. PE_CHOICE_KINDS - 1.  Where there
  * is no monotonic clock or atomic, every call takes way 1.
  */
-#define PE_CHOICE_KINDS 8
+#define PE_CHOICE_KINDS 16
 #define PE_CHOICE_TRIALS 8
 #define PE_CHOICE_RECHECK 16
 int pe_choice_way(int kind);

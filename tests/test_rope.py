@@ -885,20 +885,27 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_prefetch_ahead_either_way_same_bits(rng, dtype, interleaved):
-    """Beyond the last-level cache the grouped walk prefetches rows ahead or
-    not, as measured on the calls themselves (show_config's
-    rope_prefetch_ahead); each way, forced with _core._choice, gives the
-    formula's bits in place and out of place, nothing written past out."""
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_measured_choices_either_way_same_bits(rng, dtype, interleaved, layout):
+    """Beyond the last-level cache the grouped walk ((b, h, s, d) memory)
+    prefetches rows ahead or not, and the heads-inner walk (HF's transposed
+    q) takes one head or all heads per call, as measured on the calls
+    themselves (show_config's rope_prefetch_ahead, rope_one_head_per_call);
+    each way, forced with _core._choice, gives the formula's bits in place
+    and out of place, nothing written past out."""
     heads, d = 8, 128
     llc, seq = _past_the_cache(heads, d, dtype)
-    x0 = rng.standard_normal((1, heads, seq, d)).astype(dtype)
+    if layout == "bhsd":
+        x0 = rng.standard_normal((1, heads, seq, d)).astype(dtype)
+    else:
+        x0 = rng.standard_normal((1, seq, heads, d)).astype(dtype).transpose(0, 2, 1, 3)
     cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dtype, interleaved=interleaved)
     want = formula_bits(x0, cos, sin, interleaved)
     try:
         for way in (0, 1):
             assert _core._choice(way)[0] == way
-            assert posemb.show_config(print_=False)["rope_prefetch_ahead"] == \
+            cfg = posemb.show_config(print_=False)
+            assert cfg["rope_prefetch_ahead"] == cfg["rope_one_head_per_call"] == \
                 ("yes" if way else "no") + " (set)"
             buf = np.full(x0.size + 8, 7.0, dtype)
             out = buf[:x0.size].reshape(x0.shape)
@@ -912,10 +919,11 @@ def test_prefetch_ahead_either_way_same_bits(rng, dtype, interleaved):
         _core._choice(-1)
 
 
-def test_prefetch_ahead_is_measured_both_ways(rng):
+def test_measured_choices_are_measured_both_ways(rng):
     """Measuring (the default): within PE_CHOICE_TRIALS + PE_CHOICE_RECHECK
-    calls of one kind (float32 in place beyond the cache), both ways have run
-    and been timed, and show_config reports the kind with its verdict.  The
+    calls of one kind (float32 in place beyond the cache, (b, h, s, d) memory
+    and HF's transposed q), both ways have run and been timed, and
+    show_config reports the kind with its verdict.  The
     setting takes -1, 0, 1 or None only."""
     heads, d = 8, 128
     _, seq = _past_the_cache(heads, d, np.float32)
@@ -924,11 +932,17 @@ def test_prefetch_ahead_is_measured_both_ways(rng):
     assert _core._choice(-1)[0] == -1
     for _ in range(8 + 16):
         posemb.apply_rope(x, cos, sin, out=x)
-    without, with_ = _core._choice(None)[1][4 + 1]          # (in place, float32)
-    assert without > 0 and with_ > 0
-    report = posemb.show_config(print_=False)["rope_prefetch_ahead"]
-    verdict = "yes" if with_ < without else "no"
-    assert f"float32 in place {verdict} ({with_} ps/{without} ps per byte" in report
+    xt = rng.standard_normal((1, seq, heads, d), dtype=np.float32).transpose(0, 2, 1, 3)
+    for _ in range(8 + 16):
+        posemb.apply_rope(xt, cos, sin, out=xt)
+    kinds = _core._choice(None)[1]
+    for key, kind in (("rope_prefetch_ahead", 4 + 1),          # (in place, float32)
+                      ("rope_one_head_per_call", len(kinds) // 2 + 4 + 1)):
+        without, with_ = kinds[kind]
+        assert without > 0 and with_ > 0
+        verdict = "yes" if with_ < without else "no"
+        assert f"float32 in place {verdict} ({with_} ps/{without} ps per byte" in \
+            posemb.show_config(print_=False)[key]
     for bad, err in ((2, ValueError), (-2, ValueError), (1 << 70, ValueError),
                      (True, TypeError), (0.0, TypeError), ("1", TypeError)):
         with pytest.raises(err, match="_choice: v must be"):

@@ -1368,9 +1368,11 @@ typedef struct {
     rope_realign_fn realign; /* staged walk, the blocks of the one-pass kernel
                               * (half-split: with duplicated tables): this
                               * kernel streams y straight (no staging), or NULL */
-    int choice;          /* grouped walk beyond the last-level cache: the
-                          * pe_choice kind that decides ahead (way 1: ahead,
-                          * way 0: no prefetch), or -1 */
+    int choice;          /* beyond the last-level cache, the pe_choice kind
+                          * that decides, in the grouped walk, ahead (way 1:
+                          * ahead, way 0: no prefetch), or -1 */
+    int choice_one;      /* ... and in the heads-inner walk, one_head (way 1:
+                          * one head per call, way 0: all), or -1 */
 } rope_grid_job;
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -1877,20 +1879,24 @@ static int grid_run(rope_grid_job *job, ptrdiff_t table_bytes)
     }
     block_bytes = g->H * rows * rope_vector_bytes(g->d, 0, job->itemsize);
     {
-        /* the grouped walk is the one that prefetches ahead: a measured
-         * choice (see job->choice), timed here */
-        const int way = job->choice >= 0 && !job->heads_inner && job->head_group > 1
-                            ? pe_choice_way(job->choice) : -1;
+        /* the measured choices (job->choice, job->choice_one) of the walk
+         * this call takes, timed here */
+        const int kind = job->heads_inner                ? job->choice_one
+                         : job->head_group > 1           ? job->choice : -1;
+        const int way = kind >= 0 ? pe_choice_way(kind) : -1;
         double t0 = 0;
         int rc;
-        if (way == 0)
-            job->ahead = 0;
-        if (way >= 0)
+        if (way >= 0) {
+            if (job->heads_inner)
+                job->one_head = way;
+            else if (way == 0)
+                job->ahead = 0;
             t0 = pe_now_seconds();
+        }
         rc = pe_parallel_for_stoppable(g->B * job->blocks, PE_PARALLEL_MIN_BYTES / block_bytes + 1,
                                        block_bytes, rope_grid_task, job, g->stop);
         if (way >= 0 && rc == 0)
-            pe_choice_report(job->choice, way, pe_now_seconds() - t0,
+            pe_choice_report(kind, way, pe_now_seconds() - t0,
                              (double)g->B * (double)g->H * (double)g->S * (double)g->d *
                                  (double)job->itemsize);
         return rc;
@@ -2072,7 +2078,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2248,7 +2254,17 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
 #undef MAY_STREAM
 #undef Y_ALIGNED
     job.pack = large && job.dup != NULL;   /* (see the grouped walk) */
-    job.one_head = past_llc;   /* (see the heads-inner walk) */
+    /* (see the heads-inner walk) beyond the last-level cache one head per
+     * call measured faster on a Zen 5 EPYC, all heads per call on a Zen 4
+     * VM: (1, 32, 8192, 128) float32, 1 thread, minima of 11, each way
+     * forced (_core._choice) in 3 alternating processes: HF's transposed q
+     * in place 6.16-6.33 ms one head per call, 5.49-5.73 ms all heads (an
+     * in-place scale 4.9-5.2), into a new array 11.0-11.1 against 8.8-9.0
+     * ms, heads sliced from a fused qkv into a new array 14.3-14.4 against
+     * 14.3-14.9 ms: a measured choice there (pe_choice_way) */
+    job.one_head = past_llc;
+    if (past_llc)
+        job.choice_one = PE_CHOICE_KINDS / 2 + 4 * in_place + type;
     /* the tile walk (see rope_grid_task) for the one-pass kernels where x
      * (and y, out of place) fit in a quarter of the last-level cache and y
      * is not streamed: tiles of table rows (cos and sin) filling a third
