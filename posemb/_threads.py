@@ -173,10 +173,13 @@ def _measured_choice(half: int) -> str:
     for kind, (without, with_) in enumerate(kinds[half * n:(half + 1) * n]):
         if without or with_:
             where = "in place" if kind >= 4 else "out="
-            pick = "yes" if without == 0 or (with_ and with_ < without) else "no"
+            # (as pe_choice_way: the lower time, or "measuring" while one is missing)
+            pick = "measuring" if not (without and with_) else "yes" if with_ < without else "no"
             times = "/".join(f"{p} ps" if p else "-" for p in (with_, without))
             seen.append(f"{dtypes[kind % 4]} {where} {pick} ({times} per byte with/without)")
-    return "; ".join(seen) if seen else "measured on calls beyond the last-level cache (none yet)"
+    return "; ".join(seen) if seen else (
+        "measured on calls beyond the last-level cache (none yet; builds without a "
+        "monotonic clock, such as Windows', do not measure and take 'yes')")
 
 
 def show_config(*, print_: bool = True) -> dict[str, str]:
@@ -208,7 +211,8 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     software, in the ``(b, h, s, d)`` layout, and takes one head per kernel
     call, in the ``(b, s, h, d)`` one: something the cache sizes do not
     tell, so such calls measure both ways, per dtype and in place or not,
-    and keep the faster; the best times per byte so far),
+    and keep the faster, rechecking the other now and then; the best times
+    per byte so far; Windows builds do not measure and take ``yes``),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).
 
     Examples

@@ -78,17 +78,19 @@ size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v);
  * prefetch that one CPU's hardware prefetcher needs and another's is slowed
  * by).  pe_choice_way(kind) says which way the next call of the kind takes;
  * the caller times it and hands the time to pe_choice_report.  Each kind's
- * first PE_CHOICE_TRIALS calls take both ways in turn, later calls the way
- * whose best time per byte is lower, and every PE_CHOICE_RECHECK-th call the
- * other way again, so a verdict is revisited.  pe_choice_set(way) forces a
- * way for every kind (0 or 1; -1: measure; below -1 leaves it) and returns
- * the setting; pe_choice_best gives a kind's best time per byte of a way in
+ * first PE_CHOICE_TRIALS calls take both ways (0 1 1 0 0 1 1 0), later calls
+ * the way whose best time per byte is lower, and every PE_CHOICE_RECHECK-th
+ * call the other way again, so a verdict is revisited.  pe_choice_set(way)
+ * forces a way for every kind (0 or 1: calls are then not measured; -1:
+ * measure afresh, forgetting every time; below -1 leaves it) and returns the
+ * setting; pe_choice_best gives a kind's best time per byte of a way in
  * picoseconds (0: none yet).  Kinds: 0 .. PE_CHOICE_KINDS - 1.  Where there
- * is no monotonic clock or atomic, every call takes way 1.
+ * is no monotonic clock or atomic (MSVC, mingw-w64), nothing is measured
+ * and every call takes way 1 unless set.
  */
 #define PE_CHOICE_KINDS 16
 #define PE_CHOICE_TRIALS 8
-#define PE_CHOICE_RECHECK 16
+#define PE_CHOICE_RECHECK 17
 int pe_choice_way(int kind);
 void pe_choice_report(int kind, int way, double seconds, double bytes);
 int pe_choice_set(int way);
@@ -547,8 +549,9 @@ void pe_sinusoidal_add_f64(const pe_sinusoidal_add_loop *a);
  * byte strides per batch (t_b is 0 for a table broadcast over the batch),
  * position and feature; a generalized-ufunc call of signature
  * (s,d),(s,d)->(s,d).  y is x itself (same strides: in place) or overlaps
- * neither input.  Runs tile by tile (a few KiB of table, every batch
- * inside a tile, so each table tile is read from memory once), tiles
+ * neither input.  Runs tile by tile (one L2 of table, 16 KiB where a
+ * strided table is gathered; every batch inside a tile, so each table
+ * tile is read from memory once), tiles
  * spread over the pool; a grid whose features are strided but whose
  * positions are contiguous (Julia's (batch, features, seq)) is walked
  * transposed.  Out-of-place f32/f64 outputs use streaming stores along

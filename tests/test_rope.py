@@ -920,20 +920,32 @@ def test_measured_choices_either_way_same_bits(rng, dtype, interleaved, layout):
 
 
 def test_measured_choices_are_measured_both_ways(rng):
-    """Measuring (the default): within PE_CHOICE_TRIALS + PE_CHOICE_RECHECK
-    calls of one kind (float32 in place beyond the cache, (b, h, s, d) memory
-    and HF's transposed q), both ways have run and been timed, and
-    show_config reports the kind with its verdict.  The
+    """Measuring (the default; _choice(-1) starts afresh): forced calls are
+    not timed, the first trial takes way 0 (show_config: measuring), and
+    within PE_CHOICE_TRIALS + PE_CHOICE_RECHECK calls of one kind (float32
+    in place beyond the cache, (b, h, s, d) memory and HF's transposed q)
+    both ways have run and been timed, and show_config reports the kind with
+    its verdict.  The
     setting takes -1, 0, 1 or None only."""
     heads, d = 8, 128
     _, seq = _past_the_cache(heads, d, np.float32)
     x = rng.standard_normal((1, heads, seq, d), dtype=np.float32)
     cos, sin = posemb.rope_cos_sin(np.arange(seq), d)
-    assert _core._choice(-1)[0] == -1
-    for _ in range(8 + 16):
+    assert _core._choice(-1)[0] == -1                   # measure afresh: no times kept
+    assert all(pair == (0, 0) for pair in _core._choice(None)[1])
+    assert "none yet" in posemb.show_config(print_=False)["rope_prefetch_ahead"]
+    _core._choice(1)                                     # forced: not measured
+    posemb.apply_rope(x, cos, sin, out=x)
+    assert all(pair == (0, 0) for pair in _core._choice(None)[1])
+    _core._choice(-1)
+    posemb.apply_rope(x, cos, sin, out=x)                # the first trial: way 0 only
+    assert _core._choice(None)[1][4 + 1][0] > 0 and _core._choice(None)[1][4 + 1][1] == 0
+    assert "float32 in place measuring (-/" in \
+        posemb.show_config(print_=False)["rope_prefetch_ahead"]
+    for _ in range(8 + 17):
         posemb.apply_rope(x, cos, sin, out=x)
     xt = rng.standard_normal((1, seq, heads, d), dtype=np.float32).transpose(0, 2, 1, 3)
-    for _ in range(8 + 16):
+    for _ in range(8 + 17):
         posemb.apply_rope(xt, cos, sin, out=xt)
     kinds = _core._choice(None)[1]
     for key, kind in (("rope_prefetch_ahead", 4 + 1),          # (in place, float32)

@@ -218,10 +218,10 @@ DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
  * registers a chunk of columns at a time (32 float32 values at the AVX2
  * level, 8 in portable C), read side by side from all of the row's
  * gradient rows, and the chunk is stored once.  The table is written
- * once, front to back, and never read back (with assign); the gradient is
- * read once, from as many places at a time as the row has addends (at
- * most LEARNED_SUM_GROUP: a longer list is summed in groups, the row
- * carrying the partial sums from one group to the next).  Every element
+ * front to back, and (with assign) read back only for rows of more than
+ * LEARNED_SUM_GROUP addends: a longer list is summed in groups, the row
+ * carrying the partial sums from one group to the next.  The gradient is
+ * read once, from as many places at a time as a group has addends.  Every element
  * still gets its addends in token order, starting from +0 (assign) or
  * from the table's value, so the result is the serial loop's bits.
  *
@@ -238,8 +238,9 @@ DEFINE_LEARNED_FWDNT(double, f64, __m128d, 2, pd)
  *
  * The pool splits the rows: each part owns disjoint rows of gw, so the
  * result is the same bits for any thread count.  Parts are cut by work,
- * not by rows: row p costs its tokens plus one, so a few hot rows still
- * leave every thread busy.
+ * not by rows: row p costs its tokens plus one, so the thread that takes a
+ * hot row takes few others (a row is never split: with fewer hot rows than
+ * threads, one thread does most of the work).
  */
 typedef struct {
     ptrdiff_t d, m, rowbytes;

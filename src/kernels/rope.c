@@ -1350,7 +1350,8 @@ typedef struct {
     ptrdiff_t itemsize;
     ptrdiff_t prefetch;  /* bytes of the next head's part to prefetch */
     int one_head;        /* heads-inner walk: one head per call, its row at the
-                          * next position prefetched (arrays beyond the LLC) */
+                          * next position prefetched (beyond the LLC, where
+                          * the measured choice job->choice_one says so) */
     ptrdiff_t ahead;     /* grouped walk: rows prefetched this many positions ahead */
     ptrdiff_t rows;      /* positions per block */
     ptrdiff_t blocks;    /* blocks per batch entry */
@@ -1751,8 +1752,10 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * - up to the last-level cache, every head of a position in one
              *   call (sharing its table row), the whole next position
              *   prefetched first (up to a quarter of L2), unless y streams;
-             * - beyond it (one_head), one head per call, that head's row at
-             *   the next position prefetched as it starts.
+             * - beyond it (one_head, where the measured choice
+             *   job->choice_one says so: see pe_rope_apply), one head per
+             *   call, that head's row at the next position prefetched as
+             *   it starts.
              * Measured, 1 thread, Zen 5 EPYC, float32, all heads per call
              * against one head: (1, 32, 8192, 128) sliced heads of a fused
              * qkv into a new array 12.3 -> 6.3-7.2 ms (the contiguous call
@@ -2247,8 +2250,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * way, by less.  Nothing in the cache sizes tells these CPUs apart,
          * so there the calls choose by measuring (pe_choice_way): one kind
          * per dtype, in place or not. */
-        if (job.ahead > 0 && past_llc)
-            job.choice = 4 * in_place + type;
+        if (job.ahead > 0 && past_llc && g->x_inner == itemsize)
+            job.choice = 4 * in_place + type;   /* (strided rows: nothing prefetched) */
     }
 #undef MAY_STAGE
 #undef MAY_STREAM
@@ -2263,7 +2266,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * ms, heads sliced from a fused qkv into a new array 14.3-14.4 against
      * 14.3-14.9 ms: a measured choice there (pe_choice_way) */
     job.one_head = past_llc;
-    if (past_llc)
+    if (past_llc && g->x_inner == itemsize)
         job.choice_one = PE_CHOICE_KINDS / 2 + 4 * in_place + type;
     /* the tile walk (see rope_grid_task) for the one-pass kernels where x
      * (and y, out of place) fit in a quarter of the last-level cache and y

@@ -157,6 +157,7 @@ size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v)
 #define CHOICE_MEASURED 0
 #endif
 
+#if CHOICE_MEASURED
 /* -1: measure; 0 or 1: that way for every kind */
 static int choice_forced = -1;
 /* each kind's calls so far, and each way's best time in picoseconds per
@@ -166,28 +167,25 @@ static unsigned choice_ps[PE_CHOICE_KINDS][2];
 
 int pe_choice_way(int kind)
 {
-#if CHOICE_MEASURED
     const int forced = CHOICE_LOAD(&choice_forced);
     if (forced >= 0 || kind < 0 || kind >= PE_CHOICE_KINDS)
         return forced >= 0 ? forced : 1;
     const unsigned n = __atomic_fetch_add(&choice_calls[kind], 1u, __ATOMIC_RELAXED);
+    /* trials 0 1 1 0 0 1 1 0: a caller alternating two calls of one kind
+     * (q then k) tries both ways on each; rechecks every PE_CHOICE_RECHECK
+     * calls, an odd count, so they too fall on both */
     if (n < PE_CHOICE_TRIALS)
-        return (int)(n & 1u);
+        return (int)(((n + 1u) >> 1) & 1u);
     const unsigned p0 = CHOICE_LOAD(&choice_ps[kind][0]),
                    p1 = CHOICE_LOAD(&choice_ps[kind][1]);
     const int best = p0 == 0 ? 0 : p1 == 0 ? 1 : p1 < p0;   /* (an untimed way: try it) */
     return n % PE_CHOICE_RECHECK == 0 ? !best : best;
-#else
-    (void)kind;
-    return choice_forced >= 0 ? choice_forced : 1;
-#endif
 }
 
 void pe_choice_report(int kind, int way, double seconds, double bytes)
 {
-#if CHOICE_MEASURED
     if (kind < 0 || kind >= PE_CHOICE_KINDS || (way != 0 && way != 1) || !(seconds > 0) ||
-        !(bytes > 0))
+        !(bytes > 0) || CHOICE_LOAD(&choice_forced) >= 0)   /* (forced: not a measurement) */
         return;
     const double ps = seconds * 1e12 / bytes;
     const unsigned v = ps >= 4e9 ? 4000000000u : ps < 1 ? 1u : (unsigned)ps;
@@ -196,31 +194,52 @@ void pe_choice_report(int kind, int way, double seconds, double bytes)
            !__atomic_compare_exchange_n(&choice_ps[kind][way], &old, v, 1, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
         ;
-#else
-    (void)kind, (void)way, (void)seconds, (void)bytes;
-#endif
 }
 
 int pe_choice_set(int way)
 {
-#if CHOICE_MEASURED
+    if (way == -1)   /* measure afresh */
+        for (int k = 0; k < PE_CHOICE_KINDS; k++) {
+            CHOICE_STORE(&choice_calls[k], 0u);
+            CHOICE_STORE(&choice_ps[k][0], 0u);
+            CHOICE_STORE(&choice_ps[k][1], 0u);
+        }
     if (way >= -1 && way <= 1)
         CHOICE_STORE(&choice_forced, way);
     return CHOICE_LOAD(&choice_forced);
-#else
-    if (way >= -1 && way <= 1)
-        choice_forced = way;
-    return choice_forced;
-#endif
 }
 
 unsigned pe_choice_best(int kind, int way)
 {
-#if CHOICE_MEASURED
     return kind >= 0 && kind < PE_CHOICE_KINDS && (way == 0 || way == 1)
                ? CHOICE_LOAD(&choice_ps[kind][way]) : 0u;
+}
 #else
+/* nothing is measured: way 1 unless set */
+static PARTIAL_INT choice_forced = -1;
+
+int pe_choice_way(int kind)
+{
+    const int forced = PARTIAL_LOAD(&choice_forced);
+    (void)kind;
+    return forced >= 0 ? forced : 1;
+}
+
+void pe_choice_report(int kind, int way, double seconds, double bytes)
+{
+    (void)kind, (void)way, (void)seconds, (void)bytes;
+}
+
+int pe_choice_set(int way)
+{
+    if (way >= -1 && way <= 1)
+        PARTIAL_STORE(&choice_forced, way);
+    return PARTIAL_LOAD(&choice_forced);
+}
+
+unsigned pe_choice_best(int kind, int way)
+{
     (void)kind, (void)way;
     return 0;
-#endif
 }
+#endif
