@@ -743,9 +743,8 @@ PYFN(_choice)
         return NULL;
     for (int k = 0; k < PE_CHOICE_KINDS; k++) {
         PyObject *pair = Py_BuildValue("(II)", pe_choice_best(k, 0), pe_choice_best(k, 1));
-        if (pair == NULL)
+        if (pair == NULL || PyTuple_SetItem(kinds, k, pair) < 0)   /* (steals pair) */
             return Py_DECREF(kinds), NULL;
-        PyTuple_SET_ITEM(kinds, k, pair);
     }
     return Py_BuildValue("(iN)", way, kinds);
 }
