@@ -1260,6 +1260,95 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
 DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_load_folded,
                    bf16x32c_stream, back, h % 32 == 0, bf16x16_dup_back)
 
+/*
+ * float16 and bfloat16 out of place into y streamed whole lines, with no
+ * staging (the realign walk, like half_realign_fwd_f32): one row, HF's
+ * duplicated half-split tables (c[i], s[i], i < h), h a multiple of 32, so
+ * each half is whole 64-byte chunks of 32 values.  Each step makes chunk j
+ * of both halves (lo: y[i..], hi: y[h + i..]); with y on a line (SHIFT 0)
+ * a chunk is a line, streamed in one 64-byte store; with y 16 bytes past a
+ * line (SHIFT 1, as NumPy's large arrays start) the line at y - 16 + 64 j
+ * is the last 16 bytes of the chunk before and the first 48 of this one
+ * (valignd), so the lo chain starts from the head's carry (the previous
+ * row's last chunk), the hi chain's first line waits for the lo chain's
+ * last chunk, and the row's last 16 bytes go, in carry, to the head's next
+ * row.  A whole line per store, so the order of the stores does not matter
+ * to the write-combining buffers.  first / last (SHIFT 1): the row starts
+ * / ends the head's part of the block, whose first / last line it shares
+ * with the block before / after: those bytes are stored plainly.
+ * The maths and rounding are the dup kernels' (avx512_f16_dup_*,
+ * bf16x32_dup_*): the same bits.
+ * AVX-512 only (other levels stage: see STAGE_ROWS_BYTES).  Measured:
+ * see pe_rope_apply.
+ */
+#define HP_CHUNKS_f16(DIR, lo, hi)                                            \
+    {                                                                         \
+        const __m512 c0 = F16_LOAD512(c + i), s0 = F16_LOAD512(s + i);        \
+        const __m512 c1 = F16_LOAD512(c + i + 16), s1 = F16_LOAD512(s + i + 16); \
+        __m512 a0, b0, a1, b1;                                                \
+        HP_ROT_##DIR(_mm512, a0, b0, F16_LOAD512(x + i), F16_LOAD512(x + i + h), \
+                     c0, c0, s0, s0);                                         \
+        HP_ROT_##DIR(_mm512, a1, b1, F16_LOAD512(x + i + 16),                 \
+                     F16_LOAD512(x + i + h + 16), c1, c1, s1, s1);            \
+        lo = _mm512_inserti64x4(                                              \
+            _mm512_castsi256_si512(_mm512_cvtps_ph(a0, _MM_FROUND_TO_NEAREST_INT)), \
+            _mm512_cvtps_ph(a1, _MM_FROUND_TO_NEAREST_INT), 1);               \
+        hi = _mm512_inserti64x4(                                              \
+            _mm512_castsi256_si512(_mm512_cvtps_ph(b0, _MM_FROUND_TO_NEAREST_INT)), \
+            _mm512_cvtps_ph(b1, _MM_FROUND_TO_NEAREST_INT), 1);               \
+    }
+#define HP_CHUNKS_bf16(DIR, lo, hi)                                           \
+    {                                                                         \
+        const bf16x32 cv = bf16x32_load(c + i), sv = bf16x32_load(s + i);     \
+        bf16x32 a, b;                                                         \
+        HP_ROT_##DIR(bf16x32, a, b, bf16x32_load(x + i), bf16x32_load(x + i + h), \
+                     cv, cv, sv, sv);                                         \
+        lo = bf16x32_round(a);                                                \
+        hi = bf16x32_round(b);                                                \
+    }
+/* the line ending in chunk v, chunk p before it */
+#define HP_LINE(SHIFT, v, p) ((SHIFT) ? _mm512_alignr_epi32(v, p, 12) : (v))
+#define DEFINE_HP_REALIGN(SUF, DIR, SHIFT)                                    \
+__attribute__((target("avx512f,f16c")))                                       \
+static void SUF##_realign##SHIFT##_##DIR(const char *xb, char *yb, const char *cb, \
+                                         const char *sb, ptrdiff_t h, char *carry, \
+                                         int first, int last)                 \
+{                                                                             \
+    const uint16_t *x = (const uint16_t *)(const void *)xb;                   \
+    const uint16_t *c = (const uint16_t *)(const void *)cb;                   \
+    const uint16_t *s = (const uint16_t *)(const void *)sb;                   \
+    char *ya = yb - 16 * (SHIFT);   /* (on a line) */                         \
+    const ptrdiff_t hb = 2 * h;     /* a half's bytes */                      \
+    __m512i prev = _mm512_load_si512((const void *)carry), hprev = prev, hfirst = prev; \
+    for (ptrdiff_t i = 0; i < h; i += 32) {                                   \
+        __m512i lo, hi;                                                       \
+        HP_CHUNKS_##SUF(DIR, lo, hi)                                          \
+        if ((SHIFT) && first && i == 0)                                       \
+            _mm512_mask_storeu_epi32(yb, 0x0fff, lo);                         \
+        else                                                                  \
+            _mm512_stream_si512((void *)(ya + 2 * i), HP_LINE(SHIFT, lo, prev)); \
+        if (i == 0)                                                           \
+            hfirst = hi;                                                      \
+        else                                                                  \
+            _mm512_stream_si512((void *)(ya + hb + 2 * i), HP_LINE(SHIFT, hi, hprev)); \
+        prev = lo;                                                            \
+        hprev = hi;                                                           \
+    }                                                                         \
+    _mm512_stream_si512((void *)(ya + hb), HP_LINE(SHIFT, hfirst, prev));     \
+    if ((SHIFT) && last)                                                      \
+        _mm_storeu_si128((__m128i *)(void *)(ya + 2 * hb),                    \
+                         _mm512_extracti32x4_epi32(hprev, 3));                \
+    _mm512_store_si512((void *)carry, hprev);                                 \
+}
+DEFINE_HP_REALIGN(f16, fwd, 0)
+DEFINE_HP_REALIGN(f16, fwd, 1)
+DEFINE_HP_REALIGN(f16, back, 0)
+DEFINE_HP_REALIGN(f16, back, 1)
+DEFINE_HP_REALIGN(bf16, fwd, 0)
+DEFINE_HP_REALIGN(bf16, fwd, 1)
+DEFINE_HP_REALIGN(bf16, back, 0)
+DEFINE_HP_REALIGN(bf16, back, 1)
+
 #endif
 
 /* ------------------------------------------------------------------ */
@@ -1338,8 +1427,8 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
  * h pairs, the table rows c, s (half-split: their first halves), the
- * head's carry (one vector, 32 bytes on 32), whether the row begins and
- * ends the head's part of the block */
+ * head's carry (one vector: 32 bytes, 64 for f16_realign1_fwd, on 64),
+ * whether the row begins and ends the head's part of the block */
 typedef void (*rope_realign_fn)(const char *x, char *y, const char *c, const char *s,
                                 ptrdiff_t h, char *carry, int first, int last);
 
@@ -1367,8 +1456,10 @@ typedef struct {
                           * 0: not staged */
     int pack;            /* grouped walk, dup kernel: pack each block's rows */
     rope_realign_fn realign; /* staged walk, the blocks of the one-pass kernel
-                              * (half-split: with duplicated tables): this
-                              * kernel streams y straight (no staging), or NULL */
+                              * (half-split: with duplicated tables; float16
+                              * and bfloat16: the dup kernel's): this kernel
+                              * streams y straight (no staging), or NULL */
+    ptrdiff_t skew;      /* realigned: each head a row behind the one before */
     int choice;          /* beyond the last-level cache, the pe_choice kind
                           * that decides, in the grouped walk, ahead (way 1:
                           * ahead, way 0: no prefetch), or -1 */
@@ -1708,12 +1799,32 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                 char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
                 ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
                 L.n = g->H - h0 < G ? g->H - h0 : G;
-                /* y 16 bytes past a line, realigned in registers
-                 * (half_realign_fwd_f32) instead of staged: each head's
-                 * carry */
+                /* y 16 bytes past a line (float16, bfloat16: or on one),
+                 * realigned in registers (half_realign_fwd_f32,
+                 * f16_realign1_fwd) instead of staged: each head's carry */
                 const int realign =
                     job->realign != NULL && fn == (job->dup != NULL ? job->dup : job->fn);
-                _Alignas(32) char carry[ROPE_GROUP_MAX * 32] = {0};
+                _Alignas(64) char carry[ROPE_GROUP_MAX * 64] = {0};
+                if (realign) {
+                    /* head q at row t - q * skew (job->skew), so that the
+                     * heads' rows in flight lie at different offsets within
+                     * a page */
+                    const ptrdiff_t sk = job->skew;
+                    for (ptrdiff_t t = 0; t < rows + (L.n - 1) * sk; t++)
+                        for (ptrdiff_t q = 0; q < L.n; q++) {
+                            const ptrdiff_t k = t - q * sk;
+                            if (k < 0 || k >= rows)
+                                continue;
+                            const char *xq = g->x + b * g->x_b + (h0 + q) * g->x_h +
+                                             (s0 + k) * g->x_s;
+                            if (job->ahead > 0 && k + job->ahead < rows)
+                                pe_prefetch(xq + job->ahead * g->x_s, row);
+                            job->realign(xq, y0 + q * g->y_h + k * rb, cos0 + k * cos_s,
+                                         sin0 + k * sin_s, g->r / 2, carry + 64 * q, k == 0,
+                                         k + 1 == rows);
+                        }
+                    continue;
+                }
                 for (ptrdiff_t k = 0; k < rows; k++) {
                     L.x = g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s;
                     L.y = stage_buf != NULL ? stage_buf + (k * rb - bo) : y0 + k * g->y_s;
@@ -1722,12 +1833,6 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                             pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
-                    if (realign) {
-                        for (ptrdiff_t q = 0; q < L.n; q++)
-                            job->realign(L.x + q * g->x_h, y0 + q * g->y_h + k * rb, L.cos,
-                                         L.sin, g->r / 2, carry + 32 * q, k == 0, k + 1 == rows);
-                        continue;
-                    }
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
                         ptrdiff_t nb = bo;
@@ -1932,6 +2037,9 @@ static struct {
                                         * tables) (NULL: none) */
     pe_rope_fn bf16_far[2];   /* [back]: bfloat16, duplicated tables, in place
                                * beyond the last-level cache (NULL: dup's) */
+    rope_realign_fn realign_hp[2][2][2]; /* [bf16][y 16 bytes past a line][back]:
+                                          * float16/bfloat16, half-split,
+                                          * duplicated tables (NULL: none) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -1942,7 +2050,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {NULL, NULL}};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {NULL, NULL}, {{{NULL}}}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -1974,6 +2082,7 @@ const char *pe_rope_dispatch(int level)
     memset(rope_table.nt_half, 0, sizeof rope_table.nt_half);
     memset(rope_table.bf16_far, 0, sizeof rope_table.bf16_far);
     memset(rope_table.realign, 0, sizeof rope_table.realign);
+    memset(rope_table.realign_hp, 0, sizeof rope_table.realign_hp);
     rope_table.nt_align = 16;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {
@@ -2044,6 +2153,13 @@ const char *pe_rope_dispatch(int level)
             rope_table.dup[1][3] = bf16_dup[c][0][1];
             rope_table.nt_half[1][0] = bf16_dup[c][1][0];
             rope_table.nt_half[1][1] = bf16_dup[c][1][1];
+            static const rope_realign_fn realign_hp[2][2][2] = {
+                {{f16_realign0_fwd, f16_realign0_back}, {f16_realign1_fwd, f16_realign1_back}},
+                {{bf16_realign0_fwd, bf16_realign0_back},
+                 {bf16_realign1_fwd, bf16_realign1_back}}};
+            memcpy(rope_table.realign_hp[1], realign_hp[1], sizeof realign_hp[1]);
+            if (__builtin_cpu_supports("f16c"))
+                memcpy(rope_table.realign_hp[0], realign_hp[0], sizeof realign_hp[0]);
             if (c) {   /* (see pe_rope_apply) */
                 rope_table.bf16_far[0] = bf16_dup[0][0][0];
                 rope_table.bf16_far[1] = bf16_dup[0][0][1];
@@ -2081,7 +2197,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, 0, -1, -1};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2121,6 +2237,28 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     if ((type == 0 || type == 3) && job.dup != NULL && MAY_STAGE()) {
         job.stage = stage_width;   /* (the plain dup kernel: not two heads' rows
                                * streamed 16 bytes at a time) */
+        /* whole rows of whole 64-byte chunks, y on a line or 16 bytes past
+         * one, every row and head alike: streamed straight from registers
+         * (f16_realign1_fwd), not staged, each head of a group a row behind
+         * the one before (job->skew): the heads' rows at one position lie
+         * at one offset within a page (x's and, from np.empty_like(x),
+         * y's), and a load whose offset within a page matches a store's
+         * still in flight waits for it.  Measured, Zen 4 EPYC VM (AVX-512),
+         * 1 thread, (1, 32, 16384, 128) into np.empty_like(x), minima of 7
+         * in 3 alternating processes (a streaming copy 6.6-7.1 ms): float16
+         * staged 12.3-12.4 ms, realigned 10.5-11.0, with the skew 9.5-9.7;
+         * bfloat16 12.0-12.1, 12.0-12.7 and 9.7-10.6.  Into y at other
+         * offsets from x within a page (one process, float16): 16 bytes
+         * past a line 9.3-9.7 ms with the skew (10.0-11.2 without), on a
+         * line 8.5-8.7 (9.0-9.6; 10.9 where y is x + 48 bytes within a
+         * page).  float32's realigned walk measured slower with the skew
+         * (6.8 -> 7.7-8.3 ms into np.empty_like(x)), so only here. */
+        const uintptr_t off = (uintptr_t)g->y % 64;
+        if (g->r == g->d && h * itemsize % 64 == 0 && ALIGNED(g->y_b, 64) &&
+            (off == 0 || off == 16)) {
+            job.realign = rope_table.realign_hp[type == 3][off == 16][back];
+            job.skew = 1;
+        }
     } else if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
         Y_ALIGNED(16) && MAY_STREAM(0)) {
         /* float16/bfloat16 with duplicated tables (job.dup: contiguous
