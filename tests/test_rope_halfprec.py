@@ -311,15 +311,27 @@ def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, of
 @pytest.mark.parametrize("backward", [False, True])
 def test_bfloat16_in_place_beyond_the_last_level_cache(rng, backward):
     """bfloat16 in place with HF's duplicated tables on an array 1.5x the
-    last-level cache (read at run time): at level avx512bf16 such calls take
-    the integer-rounding kernels, not AVX512_BF16's (pe_rope_apply's
-    bf16_far); every value the float32 formula rounded once."""
+    last-level cache (read at run time), with random bit patterns among x
+    and pairs (x[i], x[i + h]) both subnormal, so that some results are
+    (at level avx512bf16 such vectors leave AVX512_BF16's rounding, which
+    reads them as 0, for the integer rounding); every value the float32
+    formula rounded once."""
     dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
     llc = int(posemb.show_config(print_=False)["last_level_cache"].split()[0]) << 10
     heads = -(-3 * llc // (2 * 8192 * 128 * 2))
     if heads > 64:
         pytest.skip(f"a last-level cache of {llc >> 20} MiB: over 128 MiB of bfloat16")
     x = _hard_values(rng, (1, heads, 8192, 128)).astype(np.float32).astype(dt)
+    bits = x.view(np.uint16).reshape(-1)
+    idx = rng.choice(bits.size, size=bits.size // 64, replace=False)
+    bits[idx] = rng.integers(0, 1 << 16, idx.size, dtype=np.uint16)
+    # and pairs (x[i], x[i + 64]) both subnormal, so that results are too
+    rows = x.view(np.uint16).reshape(-1, 128)
+    r = rng.choice(rows.shape[0], 4000, replace=False)
+    i = rng.integers(0, 64, r.size)
+    for j in (i, i + 64):
+        rows[r, j] = rng.integers(1, 128, r.size, dtype=np.uint16) | (
+            rng.integers(0, 2, r.size, dtype=np.uint16) << 15)
     cos, sin = posemb.rope_cos_sin(np.arange(8192), 128, dtype=dt)
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     with np.errstate(all="ignore"):

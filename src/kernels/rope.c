@@ -1172,10 +1172,14 @@ static inline void bf16x32_stream(uint16_t *p, bf16x32 v)
  * thread: (1, 32, 128, 128) 25.4-25.8 -> 22.4 us, (1, 32, 1024, 128)
  * 237 -> 214-215 us (float16 216-220 us); into a reused output, (1, 32,
  * 16384, 128): 1 thread 6.40-6.63 against 6.36-6.75 ms, 2 threads 6.02-6.09
- * -> 5.88-6.04 ms.  In place from memory it was slower, so such calls keep
- * the integer rounding (see bf16_far in pe_rope_apply).  (Measured once
- * before, when each load was folded into two instructions: 39 against
- * 40 us in cache.)
+ * -> 5.88-6.04 ms.  In place from memory, (1, 32, 16384, 128), it was
+ * even there at 1 thread (5.60-6.03 against 5.59-5.79 ms, 6 alternating
+ * runs) and slower at 2 (4.61-4.81 against 4.28-4.67 ms), so such calls
+ * kept the integer rounding for a while; on a Zen 4 EPYC VM the same calls
+ * were faster with this rounding: 1 thread 7.6-8.0 -> 6.5-6.8 ms, 2
+ * threads 4.6-7.2 -> 4.6-6.1 ms (4 alternating processes, minima of 9), so
+ * now every call at this level takes it.  (Measured once before, when each
+ * load was folded into two instructions: 39 against 40 us in cache.)
  */
 #define BF16C_TARGET "avx512f,avx512bw,avx512dq,avx512bf16"
 DEFINE_BF16_PAIR(bf16x32c, BF16C_TARGET, _mm512, __m512, __m512i, si512)
@@ -2035,8 +2039,6 @@ static struct {
     rope_realign_fn realign[2][2][2];  /* [interleaved][f64][back]: y 16 bytes
                                         * past a line (half-split: duplicated
                                         * tables) (NULL: none) */
-    pe_rope_fn bf16_far[2];   /* [back]: bfloat16, duplicated tables, in place
-                               * beyond the last-level cache (NULL: dup's) */
     rope_realign_fn realign_hp[2][2][2]; /* [bf16][y 16 bytes past a line][back]:
                                           * float16/bfloat16, half-split,
                                           * duplicated tables (NULL: none) */
@@ -2050,7 +2052,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {NULL, NULL}, {{{NULL}}}};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2080,7 +2082,6 @@ const char *pe_rope_dispatch(int level)
     memset(rope_table.one, 0, sizeof rope_table.one);
     memset(rope_table.nt, 0, sizeof rope_table.nt);
     memset(rope_table.nt_half, 0, sizeof rope_table.nt_half);
-    memset(rope_table.bf16_far, 0, sizeof rope_table.bf16_far);
     memset(rope_table.realign, 0, sizeof rope_table.realign);
     memset(rope_table.realign_hp, 0, sizeof rope_table.realign_hp);
     rope_table.nt_align = 16;
@@ -2158,18 +2159,13 @@ const char *pe_rope_dispatch(int level)
                 {{bf16_realign0_fwd, bf16_realign0_back},
                  {bf16_realign1_fwd, bf16_realign1_back}}};
             memcpy(rope_table.realign_hp[1], realign_hp[1], sizeof realign_hp[1]);
-            if (__builtin_cpu_supports("f16c"))
-                memcpy(rope_table.realign_hp[0], realign_hp[0], sizeof realign_hp[0]);
-            if (c) {   /* (see pe_rope_apply) */
-                rope_table.bf16_far[0] = bf16_dup[0][0][0];
-                rope_table.bf16_far[1] = bf16_dup[0][0][1];
-            }
             if (__builtin_cpu_supports("f16c")) {   /* (the 8-wide F16C kernels serve
                                                      * the other calls) */
                 static const pe_rope_fn f16_wide[2][2] = {
                     {avx512_f16_half_fwd, avx512_f16_half_back},
                     {avx512_f16_inter_fwd, avx512_f16_inter_back}};
                 memcpy(rope_halfprec_wide[0], f16_wide, sizeof f16_wide);
+                memcpy(rope_table.realign_hp[0], realign_hp[0], sizeof realign_hp[0]);
                 rope_table.dup[0][0] = avx512_f16_dup_fwd;
                 rope_table.dup[1][0] = avx512_f16_dup_back;
             }
@@ -2268,16 +2264,6 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         job.dup = rope_table.nt_half[type == 3][back];
         job.streaming = 1;
         job.prefetch = 0;
-    }
-    if (type == 3 && in_place && past_llc && job.dup != NULL && rope_table.bf16_far[back]) {
-        /* bfloat16 in place from memory: the integer rounding, not
-         * AVX512_BF16's (level avx512bf16), whose longer chain per vector
-         * (vcvtne2ps2bf16, vpermw, the denormal test) measured slower there:
-         * 1 thread, Zen 5 EPYC, (1, 32, 16384, 128), 6 alternating runs,
-         * 5.60-6.03 against 5.59-5.79 ms; 2 threads 4.61-4.81 against
-         * 4.28-4.67 ms.  (In cache and out of place it is as fast or
-         * faster: see bf16x32c_round.) */
-        job.dup = rope_table.bf16_far[back];
     }
     if (type == 1 || type == 2) {
         const int f64 = type == 2;
