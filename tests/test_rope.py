@@ -847,10 +847,11 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
     stored plainly (float32 and float64 at 16 bytes past a line, float16
     and bfloat16 with rows of 128 values on a line or 16 bytes past one, at
     AVX-512: realigned in registers instead, each head's last 16 bytes
-    carried to its next row, the heads of a group a row apart).  Both layouts, forward and backward, every offset within a line,
-    head counts not a multiple of the group, rows of 96 values, 1 and 2
-    threads: the formula's bits (a
-    float16 or bfloat16 result: the float32 formula rounded once), nothing
+    carried to its next row, the heads of a group a row apart).  Both
+    layouts, forward and backward, every offset within a line, head counts
+    not a multiple of the group, rows of 96 values, 1 and 2 threads: the
+    formula's bits (a float16 or bfloat16 result: the float32 formula
+    rounded once), nothing
     written outside out."""
     from posemb import _core
     if dtype == "bfloat16":

@@ -1313,8 +1313,6 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
         lo = bf16x32_round(a);                                                \
         hi = bf16x32_round(b);                                                \
     }
-/* the line ending in chunk v, chunk p before it */
-#define HP_LINE(SHIFT, v, p) ((SHIFT) ? _mm512_alignr_epi32(v, p, 12) : (v))
 #define HP_CHUNKS_bf16c(DIR, lo, hi)                                          \
     {                                                                         \
         const bf16x32c cv = bf16x32c_load(c + i), sv = bf16x32c_load(s + i);  \
@@ -1324,6 +1322,8 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
         lo = bf16x32c_round(a);                                               \
         hi = bf16x32c_round(b);                                               \
     }
+/* the line ending in chunk v, chunk p before it */
+#define HP_LINE(SHIFT, v, p) ((SHIFT) ? _mm512_alignr_epi32(v, p, 12) : (v))
 #define HP_TARGET_f16 "avx512f,f16c"
 #define HP_TARGET_bf16 "avx512f"
 #define HP_TARGET_bf16c BF16C_TARGET
