@@ -1304,24 +1304,17 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
             _mm512_castsi256_si512(_mm512_cvtps_ph(b0, _MM_FROUND_TO_NEAREST_INT)), \
             _mm512_cvtps_ph(b1, _MM_FROUND_TO_NEAREST_INT), 1);               \
     }
-#define HP_CHUNKS_bf16(DIR, lo, hi)                                           \
+/* bfloat16: a bf16x32 (integer rounding) or bf16x32c (AVX512_BF16) pair */
+#define HP_CHUNKS_PAIR(T, DIR, lo, hi)                                        \
     {                                                                         \
-        const bf16x32 cv = bf16x32_load(c + i), sv = bf16x32_load(s + i);     \
-        bf16x32 a, b;                                                         \
-        HP_ROT_##DIR(bf16x32, a, b, bf16x32_load(x + i), bf16x32_load(x + i + h), \
-                     cv, cv, sv, sv);                                         \
-        lo = bf16x32_round(a);                                                \
-        hi = bf16x32_round(b);                                                \
+        const T cv = T##_load(c + i), sv = T##_load(s + i);                   \
+        T a, b;                                                               \
+        HP_ROT_##DIR(T, a, b, T##_load(x + i), T##_load(x + i + h), cv, cv, sv, sv); \
+        lo = T##_round(a);                                                    \
+        hi = T##_round(b);                                                    \
     }
-#define HP_CHUNKS_bf16c(DIR, lo, hi)                                          \
-    {                                                                         \
-        const bf16x32c cv = bf16x32c_load(c + i), sv = bf16x32c_load(s + i);  \
-        bf16x32c a, b;                                                        \
-        HP_ROT_##DIR(bf16x32c, a, b, bf16x32c_load(x + i), bf16x32c_load(x + i + h), \
-                     cv, cv, sv, sv);                                         \
-        lo = bf16x32c_round(a);                                               \
-        hi = bf16x32c_round(b);                                               \
-    }
+#define HP_CHUNKS_bf16(DIR, lo, hi) HP_CHUNKS_PAIR(bf16x32, DIR, lo, hi)
+#define HP_CHUNKS_bf16c(DIR, lo, hi) HP_CHUNKS_PAIR(bf16x32c, DIR, lo, hi)
 /* the line ending in chunk v, chunk p before it */
 #define HP_LINE(SHIFT, v, p) ((SHIFT) ? _mm512_alignr_epi32(v, p, 12) : (v))
 #define HP_TARGET_f16 "avx512f,f16c"
