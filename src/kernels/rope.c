@@ -1475,7 +1475,6 @@ typedef struct {
                               * (half-split: with duplicated tables; float16
                               * and bfloat16: the dup kernel's): this kernel
                               * streams y straight (no staging), or NULL */
-    ptrdiff_t skew;      /* realigned: each head a row behind the one before */
     int choice;          /* beyond the last-level cache, the pe_choice kind
                           * that decides, in the grouped walk, ahead (way 1:
                           * ahead, way 0: no prefetch), or -1 */
@@ -1822,10 +1821,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     job->realign != NULL && fn == (job->dup != NULL ? job->dup : job->fn);
                 _Alignas(64) char carry[ROPE_GROUP_MAX * 64] = {0};
                 if (realign) {
-                    /* head q at row t - q * skew (job->skew), so that the
+                    /* float16/bfloat16: head q at row t - q, so that the
                      * heads' rows in flight lie at different offsets within
-                     * a page */
-                    const ptrdiff_t sk = job->skew;
+                     * a page (see pe_rope_apply); float32/float64 measured
+                     * slower so: no skew */
+                    const ptrdiff_t sk = job->itemsize == 2;
                     for (ptrdiff_t t = 0; t < rows + (L.n - 1) * sk; t++)
                         for (ptrdiff_t q = 0; q < L.n; q++) {
                             const ptrdiff_t k = t - q * sk;
@@ -2207,7 +2207,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, 0, -1, -1};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2250,7 +2250,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         /* whole rows of whole 64-byte chunks, y on a line or 16 bytes past
          * one, every row and head alike: streamed straight from registers
          * (f16_realign1_fwd), not staged, each head of a group a row behind
-         * the one before (job->skew): the heads' rows at one position lie
+         * the one before (rope_grid_task): the heads' rows at one position lie
          * at one offset within a page (x's and, from np.empty_like(x),
          * y's), and a load whose offset within a page matches a store's
          * still in flight waits for it.  Measured, Zen 4 EPYC VM (AVX-512),
@@ -2265,10 +2265,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * (6.8 -> 7.7-8.3 ms into np.empty_like(x)), so only here. */
         const uintptr_t off = (uintptr_t)g->y % 64;
         if (g->r == g->d && h * itemsize % 64 == 0 && ALIGNED(g->y_b, 64) &&
-            (off == 0 || off == 16)) {
+            (off == 0 || off == 16))
             job.realign = rope_table.realign_hp[type == 3][off == 16][back];
-            job.skew = 1;
-        }
     } else if ((type == 0 || type == 3) && job.dup != NULL && rope_table.nt_half[type == 3][back] &&
         Y_ALIGNED(16) && MAY_STREAM(0)) {
         /* float16/bfloat16 with duplicated tables (job.dup: contiguous
