@@ -753,6 +753,31 @@ def test_interleaved_in_place_beyond_the_cache(rng, dtype, backward, rot, tables
     np.testing.assert_array_equal(x, want)
 
 
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("heads, d, rot", [(8, 128, 128), (5, 128, 128), (8, 64, 64), (8, 128, 64)])
+@pytest.mark.parametrize("tables", ["rope_cos_sin", "mixed"])
+@pytest.mark.parametrize("offset", [0, 16])
+def test_float64_half_split_in_place_beyond_the_cache(rng, backward, heads, d, rot, tables, offset):
+    """float64 half-split in place beyond the last-level cache takes, at the
+    AVX-512 level, the kernel whose steps load x before the step before them
+    stores (pairs of heads; an odd last head, groups of 4 heads of d = 64
+    and rows with features past rot too), each block's table rows checked
+    and packed in one pass ("mixed": one row's halves differ, so its block
+    takes the kernel for any tables): every bit of the formula, forward and
+    backward, x on a line or 16 bytes past one."""
+    _, seq = _past_the_cache(heads, d, np.float64)
+    x = _aligned_empty((1, heads, seq, d), np.float64, offset)
+    x[...] = rng.standard_normal(x.shape)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), rot, dtype=np.float64)
+    if tables == "mixed":
+        cos, sin = cos.copy(), sin.copy()
+        cos[seq // 2, 1] += 0.25
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    want = formula_bits(x, cos, sin, False, backward)
+    fn(x, cos, sin, out=x)
+    np.testing.assert_array_equal(x, want)
+
+
 def _aligned_empty(shape, dtype, offset):
     """An empty array whose data starts `offset` bytes past 64-byte alignment."""
     itemsize = np.dtype(dtype).itemsize

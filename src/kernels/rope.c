@@ -796,6 +796,76 @@ DEFINE_INTER_ONE(avx512dq, fwd, double, f64, _mm512, pd, 8)
 DEFINE_INTER_ONE(avx512dq, back, float, f32, _mm512, ps, 16)
 DEFINE_INTER_ONE(avx512dq, back, double, f64, _mm512, pd, 8)
 
+/*
+ * float64 half-split rows in place beyond the last-level cache (AVX-512):
+ * pairs of rows sharing one table row, as HALF_PAIR_STEPS, with each step's
+ * loads of x issued before the step before it stores.  The compiler may not
+ * move them there itself (y may be x), and on a Zen 4 EPYC VM those early
+ * loads were what the hardware needed: measured, 1 thread, (1, 32, 4096,
+ * 128) in place from C (one process, medians of 41 calls, each over an
+ * in-place scale of the same bytes timed just before it, the two kernels'
+ * calls alternated, order swapped every round), x 16 bytes past a line: the
+ * 32-byte kernels 1.78-1.84x, the 64-byte ones 1.68x, these 1.51-1.54x; x
+ * on a line 2.67-2.96x against 1.91-1.94x; through apply_rope (one process,
+ * 15 rounds) 2.00x against 1.59-1.67x; 2 threads even (1.20-1.22x).
+ * float32 (rows of 512 bytes) measured no gain and keeps its kernels.
+ * Other calls (one row, tiles of positions, rows of other lengths) go to
+ * the 64-byte kernels.
+ */
+#define DEFINE_ROPE_PIPE(DIR)                                                 \
+__attribute__((target("avx512f")))                                            \
+static void rope_pipe_avx512f_##DIR##_f64(const pe_rope_loop *L)              \
+{                                                                             \
+    enum { W = 8 };                                                           \
+    const ptrdiff_t h = L->r / 2;                                             \
+    if (L->m > 1 || L->cos_step != 0 || L->sin_step != 0 || L->n % 2 != 0 ||  \
+        h % (2 * W) != 0) {                                                   \
+        rope_one_avx512f_##DIR##_f64(L);                                      \
+        return;                                                               \
+    }                                                                         \
+    const double *c = (const double *)(const void *)L->cos;                   \
+    const double *s = (const double *)(const void *)L->sin;                   \
+    for (ptrdiff_t k = 0; k < L->n; k += 2) {                                 \
+        const double *x = (const double *)(const void *)(L->x + k * L->x_step); \
+        const double *x2 = (const double *)(const void *)(L->x + (k + 1) * L->x_step); \
+        double *y = (double *)(void *)(L->y + k * L->y_step);                 \
+        double *y2 = (double *)(void *)(L->y + (k + 1) * L->y_step);          \
+        __m512d a0 = _mm512_loadu_pd(x), a1 = _mm512_loadu_pd(x + W);         \
+        __m512d a2 = _mm512_loadu_pd(x + h), a3 = _mm512_loadu_pd(x + h + W); \
+        __m512d b0 = _mm512_loadu_pd(x2), b1 = _mm512_loadu_pd(x2 + W);       \
+        __m512d b2 = _mm512_loadu_pd(x2 + h), b3 = _mm512_loadu_pd(x2 + h + W); \
+        for (ptrdiff_t i = 0;; i += 2 * W) {                                  \
+            const ptrdiff_t j = i + 2 * W;                                    \
+            const __m512d c0 = _mm512_loadu_pd(c + i), c1 = _mm512_loadu_pd(c + i + W); \
+            const __m512d s0 = _mm512_loadu_pd(s + i), s1 = _mm512_loadu_pd(s + i + W); \
+            const __m512d p0 = VLO(_mm512, pd, DIR, a0, a2, c0, s0);          \
+            const __m512d p1 = VLO(_mm512, pd, DIR, a1, a3, c1, s1);          \
+            const __m512d p2 = VHI(_mm512, pd, DIR, a0, a2, c0, s0);          \
+            const __m512d p3 = VHI(_mm512, pd, DIR, a1, a3, c1, s1);          \
+            const __m512d q0 = VLO(_mm512, pd, DIR, b0, b2, c0, s0);          \
+            const __m512d q1 = VLO(_mm512, pd, DIR, b1, b3, c1, s1);          \
+            const __m512d q2 = VHI(_mm512, pd, DIR, b0, b2, c0, s0);          \
+            const __m512d q3 = VHI(_mm512, pd, DIR, b1, b3, c1, s1);          \
+            if (j < h) {           /* (the next step's x, before the stores) */ \
+                a0 = _mm512_loadu_pd(x + j), a1 = _mm512_loadu_pd(x + j + W); \
+                a2 = _mm512_loadu_pd(x + j + h), a3 = _mm512_loadu_pd(x + j + h + W); \
+                b0 = _mm512_loadu_pd(x2 + j), b1 = _mm512_loadu_pd(x2 + j + W); \
+                b2 = _mm512_loadu_pd(x2 + j + h), b3 = _mm512_loadu_pd(x2 + j + h + W); \
+            }                                                                 \
+            _mm512_storeu_pd(y + i, p0), _mm512_storeu_pd(y + i + W, p1);     \
+            _mm512_storeu_pd(y + i + h, p2), _mm512_storeu_pd(y + i + h + W, p3); \
+            _mm512_storeu_pd(y2 + i, q0), _mm512_storeu_pd(y2 + i + W, q1);   \
+            _mm512_storeu_pd(y2 + i + h, q2), _mm512_storeu_pd(y2 + i + h + W, q3); \
+            if (j >= h)                                                       \
+                break;                                                        \
+        }                                                                     \
+        COPY_TAIL_OF(double, x, y)                                            \
+        COPY_TAIL_OF(double, x2, y2)                                          \
+    }                                                                         \
+}
+DEFINE_ROPE_PIPE(fwd)
+DEFINE_ROPE_PIPE(back)
+
 /* [interleaved][back][f64] */
 static const pe_rope_fn rope_one_avx512[2][2][2] = {
     {{rope_one_avx512f_fwd_f32, rope_one_avx512f_fwd_f64},
@@ -842,7 +912,7 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
  * time: the 8-wide dup kernels' fallback when h is not a multiple of 8.
  * Like every
  * dup kernel it reads only the first half of each table row (the grouped
- * walk may pack just those: pack_tables). */
+ * walk may pack just those: pack_duplicated). */
 #define DEFINE_HALFPREC_DUP_SCALAR(SUF, DIR)                                  \
 static void SUF##_dup_scalar_##DIR(const pe_rope_loop *L)                     \
 {                                                                             \
@@ -1566,16 +1636,26 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
     return job->tiled;
 }
 
-/* a block's table rows packed into buf (see the grouped walk), or NULL
- * without buf: rows positions of cos's and sin's first halves, hb bytes
- * each, side by side */
-static char *pack_tables(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
-                         ptrdiff_t rows, ptrdiff_t hb)
+/* a block's table rows packed into buf (see the grouped walk), where each
+ * row's halves are equal bitwise (as rows_duplicated): rows positions of
+ * cos's and sin's first halves, hb bytes each, side by side; NULL where a
+ * row's halves differ.  Each row is compared and copied in one go, while it
+ * is in L1 (a pass comparing the block's rows and then one copying them
+ * took 0.73 + 0.29 ms of a float64 (1, 32, 4096, 128) call's ~9 ms, 1
+ * thread, Zen 4 EPYC VM; in one pass 0.73-0.77 ms) */
+static char *pack_duplicated(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
+                             ptrdiff_t rows, ptrdiff_t hb)
 {
-    if (buf == NULL)
-        return NULL;
-    copy_rows(buf, 2 * hb, g->cos + b * g->cos_b + s0 * g->cos_s, g->cos_s, rows, hb);
-    copy_rows(buf + hb, 2 * hb, g->sin + b * g->sin_b + s0 * g->sin_s, g->sin_s, rows, hb);
+    for (int t = 0; t < 2; t++) {
+        const ptrdiff_t step = t ? g->sin_s : g->cos_s;
+        const char *tab = (t ? g->sin + b * g->sin_b : g->cos + b * g->cos_b) + s0 * step;
+        for (ptrdiff_t k = 0; k < rows; k++) {
+            const char *row = tab + k * step;
+            if ((k == 0 || step != 0) && memcmp(row, row + hb, (size_t)hb) != 0)
+                return NULL;
+            memcpy(buf + k * 2 * hb + t * hb, row, (size_t)hb);
+        }
+    }
     return buf;
 }
 
@@ -1700,10 +1780,14 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                                    ? (rows - 1) * g->x_s + g->d * g->x_inner : 0;
         const ptrdiff_t pf = span < job->prefetch ? span : job->prefetch;
         const int tile_walk = grouped && job->tiled != NULL;
+        /* the grouped walk's packed tables (see there), checked as packed */
+        const char *packed =
+            pack_buf != NULL && job->dup ? pack_duplicated(pack_buf, g, b, s0, rows, hb) : NULL;
         const pe_rope_fn fn =
             tile_walk ? job->tiled      /* (tile_tables checks each tile) */
-            : job->dup && rows_duplicated(g, b, s0, rows, job->itemsize) ? job->dup
-                                                                         : job->fn;
+            : packed != NULL ? job->dup
+            : job->dup && pack_buf == NULL && rows_duplicated(g, b, s0, rows, job->itemsize)
+                ? job->dup : job->fn;
         pe_rope_loop L;
         L.n = rows;
         L.d = g->d;
@@ -1781,7 +1865,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              *
              * For large arrays (job->pack), the duplicated-table kernels'
              * half rows of the block (every group reads them again) are
-             * first copied side by side into one buffer (pack_tables):
+             * first copied side by side into one buffer (pack_duplicated):
              * read in place, half of each row's lines skipped, they came
              * from the caches beyond L2 on every group.  Measured, 1
              * thread, Zen 5 EPYC, out of place against the build before (5
@@ -1796,8 +1880,6 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * 16 MiB float32 0.38 -> 0.33 ms (2 threads 0.28 -> 0.19).
              * Interleaved (whole rows, in order) is not packed. */
             const ptrdiff_t G = job->head_group;
-            const char *packed =
-                fn == job->dup ? pack_tables(pack_buf, g, b, s0, rows, hb) : NULL;
             const char *cos0 = packed != NULL ? packed : g->cos + b * g->cos_b + s0 * g->cos_s;
             const char *sin0 = packed != NULL ? packed + hb : g->sin + b * g->sin_b + s0 * g->sin_s;
             const ptrdiff_t cos_s = packed != NULL ? 2 * hb : g->cos_s;
@@ -2054,6 +2136,9 @@ static struct {
     rope_realign_fn realign_hp[2][2][2]; /* [bf16][y 16 bytes past a line][back]:
                                           * float16/bfloat16, half-split,
                                           * duplicated tables (NULL: none) */
+    pe_rope_fn pipe[2];  /* [back]: float64 half-split in place beyond the
+                          * last-level cache (rope_pipe_avx512f_fwd_f64;
+                          * NULL: none) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -2064,7 +2149,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {NULL}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2152,6 +2237,8 @@ const char *pe_rope_dispatch(int level)
                 }
         rope_table.nt_align = avx2 ? 32 : 16;
         if (avx512) {
+            rope_table.pipe[0] = rope_pipe_avx512f_fwd_f64;
+            rope_table.pipe[1] = rope_pipe_avx512f_back_f64;
             static const pe_rope_fn bf16_wide[2][2][2] = {
                 {{bf16x32_half_fwd, bf16x32_half_back}, {bf16x32_inter_fwd, bf16x32_inter_back}},
                 {{bf16x32c_half_fwd, bf16x32c_half_back},
@@ -2347,6 +2434,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                 fast = rope_table.one[inter][back][f64]
                                      [in_place && past_llc ? w32
                                       : run_bytes % 64 == 0 ? 2 : w32];
+                if (in_place && past_llc && f64 && !inter && rope_table.pipe[back] != NULL &&
+                    run_bytes % 128 == 0)
+                    fast = rope_table.pipe[back];   /* (see rope_pipe_avx512f_fwd_f64) */
             }
             if (inter)
                 job.fn = fast;
