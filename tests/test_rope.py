@@ -760,7 +760,7 @@ def test_interleaved_in_place_beyond_the_cache(rng, dtype, backward, rot, tables
 def test_float64_half_split_in_place_beyond_the_cache(rng, backward, heads, d, rot, tables, offset):
     """float64 half-split in place beyond the last-level cache takes, at the
     AVX-512 level, the kernel whose steps load x before the step before them
-    stores (pairs of heads; an odd last head, groups of 4 heads of d = 64
+    stores (groups of 4 heads run in pairs; an odd last head alone, d = 64
     and rows with features past rot too), each block's table rows checked
     and packed in one pass ("mixed": one row's halves differ, so its block
     takes the kernel for any tables): every bit of the formula, forward and
