@@ -348,6 +348,12 @@ def _rope_cases(cfg: Config) -> list[Case]:
     cases.append(Case("rope", "float64 out=", f"1x{H}x{S64}x{D}",
                       lambda: posemb.apply_rope(x64, c64, s64, out=y64),
                       limit=_limit("copy", x64, y64), torch=tfn(x64, c64, s64)))
+    # head size 256 (Gemma's): rows of 1 KiB, as float64's above
+    x256 = rng.standard_normal((1, H, S64, 2 * D)).astype(np.float32)
+    c256, s256 = posemb.rope_cos_sin(np.arange(S64), 2 * D)
+    cases.append(Case("rope", "head size 256 in place", f"1x{H}x{S64}x{2 * D}",
+                      lambda: posemb.apply_rope(x256, c256, s256, out=x256),
+                      limit=_limit("scale", x256), torch=tfn(x256, c256, s256)))
 
     # strided q/k, new output (the form models use): the contiguous column
     # is posemb on a contiguous array of the same size

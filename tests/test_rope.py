@@ -754,21 +754,25 @@ def test_interleaved_in_place_beyond_the_cache(rng, dtype, backward, rot, tables
 
 
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("heads, d, rot", [(8, 128, 128), (5, 128, 128), (8, 64, 64), (8, 128, 64)])
+@pytest.mark.parametrize("dtype, heads, d, rot", [
+    (np.float64, 8, 128, 128), (np.float64, 5, 128, 128), (np.float64, 8, 192, 128),
+    (np.float32, 8, 256, 256), (np.float32, 5, 256, 256), (np.float64, 8, 64, 64)])
 @pytest.mark.parametrize("tables", ["rope_cos_sin", "mixed"])
 @pytest.mark.parametrize("offset", [0, 16])
-def test_float64_half_split_in_place_beyond_the_cache(rng, backward, heads, d, rot, tables, offset):
-    """float64 half-split in place beyond the last-level cache takes, at the
-    AVX-512 level, the kernel whose steps load x before the step before them
-    stores (groups of 4 heads run in pairs; an odd last head alone, d = 64
-    and rows with features past rot too), each block's table rows checked
-    and packed in one pass ("mixed": one row's halves differ, so its block
-    takes the kernel for any tables): every bit of the formula, forward and
-    backward, x on a line or 16 bytes past one."""
-    _, seq = _past_the_cache(heads, d, np.float64)
-    x = _aligned_empty((1, heads, seq, d), np.float64, offset)
+def test_half_split_long_rows_in_place_beyond_the_cache(rng, backward, dtype, heads, d, rot,
+                                                        tables, offset):
+    """Half-split rows of 1 KiB or more (float64 d = 128, float32 d = 256)
+    in place beyond the last-level cache take, at the AVX-512 level, the
+    kernel whose steps load x before the step before them stores (groups of
+    4 heads run in pairs; an odd last head alone; features past rot), and
+    shorter rows (float64 d = 64) the 32-byte kernels; each block's table
+    rows are checked and packed in one pass ("mixed": one row's halves
+    differ, so its block takes the kernel for any tables): every bit of the
+    formula, forward and backward, x on a line or 16 bytes past one."""
+    _, seq = _past_the_cache(heads, d, dtype)
+    x = _aligned_empty((1, heads, seq, d), dtype, offset)
     x[...] = rng.standard_normal(x.shape)
-    cos, sin = posemb.rope_cos_sin(np.arange(seq), rot, dtype=np.float64)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), rot, dtype=dtype)
     if tables == "mixed":
         cos, sin = cos.copy(), sin.copy()
         cos[seq // 2, 1] += 0.25

@@ -797,74 +797,78 @@ DEFINE_INTER_ONE(avx512dq, back, float, f32, _mm512, ps, 16)
 DEFINE_INTER_ONE(avx512dq, back, double, f64, _mm512, pd, 8)
 
 /*
- * float64 half-split rows in place beyond the last-level cache (AVX-512):
- * pairs of rows sharing one table row, as HALF_PAIR_STEPS, with each step's
- * loads of x issued before the step before it stores.  The compiler may not
- * move them there itself (y may be x), and on a Zen 4 EPYC VM those early
- * loads were what the hardware needed: measured, 1 thread, (1, 32, 4096,
- * 128) in place from C (one process, medians of 41 calls, each over an
- * in-place scale of the same bytes timed just before it, the two kernels'
- * calls alternated, order swapped every round), x 16 bytes past a line: the
- * 32-byte kernels 1.78-1.84x, the 64-byte ones 1.68x, these 1.51-1.54x; x
- * on a line 2.67-2.96x against 1.91-1.94x; through apply_rope (one process,
- * 15 rounds) 2.00x against 1.59-1.67x; 2 threads even (1.20-1.22x).
- * float32 (rows of 512 bytes) measured no gain and keeps its kernels.
- * Other calls (one row, tiles of positions, rows of other lengths) go to
- * the 64-byte kernels.
+ * Half-split rows of at least 1 KiB (float64 d = 128, float32 d = 256) in
+ * place beyond the last-level cache (AVX-512): pairs of rows sharing one
+ * table row, as HALF_PAIR_STEPS, with each step's loads of x issued before
+ * the step before it stores.  The compiler may not move them there itself
+ * (y may be x), and on a Zen 4 EPYC VM those early loads were what the
+ * hardware needed.  Measured, 1 thread, in place from C (one process,
+ * medians of 41 calls, each over an in-place scale of the same bytes timed
+ * just before it, two builds' calls alternated, order swapped every round):
+ * float64 (1, 32, 4096, 128), x 16 bytes past a line: the 32-byte kernels
+ * 1.78-1.84x, the 64-byte ones 1.68x, these 1.51-1.54x; x on a line
+ * 2.67-2.96x against 1.91-1.94x; float32 (1, 32, 4096, 256) 1.72-1.75x
+ * against 1.50-1.55x (x on a line 2.65-2.66x against 1.57-1.59x); through
+ * apply_rope (one process, 15 rounds) float64 2.00x against 1.59-1.67x,
+ * float32 d = 256 1.69x against 1.58x; 2 threads even.  float32 rows of
+ * 512 bytes (d = 128) measured no gain and keep their kernels.  Other calls
+ * (one row, tiles of positions) go to the 64-byte kernels.
  */
-#define DEFINE_ROPE_PIPE(DIR)                                                 \
+#define DEFINE_ROPE_PIPE(DIR, T, SUF, S, V, W_)                               \
 __attribute__((target("avx512f")))                                            \
-static void rope_pipe_avx512f_##DIR##_f64(const pe_rope_loop *L)              \
+static void rope_pipe_avx512f_##DIR##_##SUF(const pe_rope_loop *L)            \
 {                                                                             \
-    enum { W = 8 };                                                           \
+    enum { W = W_ };                                                          \
     const ptrdiff_t h = L->r / 2;                                             \
     if (L->m > 1 || L->cos_step != 0 || L->sin_step != 0 || L->n % 2 != 0 ||  \
         h % (2 * W) != 0) {                                                   \
-        rope_one_avx512f_##DIR##_f64(L);                                      \
+        rope_one_avx512f_##DIR##_##SUF(L);                                    \
         return;                                                               \
     }                                                                         \
-    const double *c = (const double *)(const void *)L->cos;                   \
-    const double *s = (const double *)(const void *)L->sin;                   \
+    const T *c = (const T *)(const void *)L->cos;                             \
+    const T *s = (const T *)(const void *)L->sin;                             \
     for (ptrdiff_t k = 0; k < L->n; k += 2) {                                 \
-        const double *x = (const double *)(const void *)(L->x + k * L->x_step); \
-        const double *x2 = (const double *)(const void *)(L->x + (k + 1) * L->x_step); \
-        double *y = (double *)(void *)(L->y + k * L->y_step);                 \
-        double *y2 = (double *)(void *)(L->y + (k + 1) * L->y_step);          \
-        __m512d a0 = _mm512_loadu_pd(x), a1 = _mm512_loadu_pd(x + W);         \
-        __m512d a2 = _mm512_loadu_pd(x + h), a3 = _mm512_loadu_pd(x + h + W); \
-        __m512d b0 = _mm512_loadu_pd(x2), b1 = _mm512_loadu_pd(x2 + W);       \
-        __m512d b2 = _mm512_loadu_pd(x2 + h), b3 = _mm512_loadu_pd(x2 + h + W); \
+        const T *x = (const T *)(const void *)(L->x + k * L->x_step);         \
+        const T *x2 = (const T *)(const void *)(L->x + (k + 1) * L->x_step);  \
+        T *y = (T *)(void *)(L->y + k * L->y_step);                           \
+        T *y2 = (T *)(void *)(L->y + (k + 1) * L->y_step);                    \
+        V a0 = _mm512_loadu_##S(x), a1 = _mm512_loadu_##S(x + W);             \
+        V a2 = _mm512_loadu_##S(x + h), a3 = _mm512_loadu_##S(x + h + W);     \
+        V b0 = _mm512_loadu_##S(x2), b1 = _mm512_loadu_##S(x2 + W);           \
+        V b2 = _mm512_loadu_##S(x2 + h), b3 = _mm512_loadu_##S(x2 + h + W);   \
         for (ptrdiff_t i = 0;; i += 2 * W) {                                  \
             const ptrdiff_t j = i + 2 * W;                                    \
-            const __m512d c0 = _mm512_loadu_pd(c + i), c1 = _mm512_loadu_pd(c + i + W); \
-            const __m512d s0 = _mm512_loadu_pd(s + i), s1 = _mm512_loadu_pd(s + i + W); \
-            const __m512d p0 = VLO(_mm512, pd, DIR, a0, a2, c0, s0);          \
-            const __m512d p1 = VLO(_mm512, pd, DIR, a1, a3, c1, s1);          \
-            const __m512d p2 = VHI(_mm512, pd, DIR, a0, a2, c0, s0);          \
-            const __m512d p3 = VHI(_mm512, pd, DIR, a1, a3, c1, s1);          \
-            const __m512d q0 = VLO(_mm512, pd, DIR, b0, b2, c0, s0);          \
-            const __m512d q1 = VLO(_mm512, pd, DIR, b1, b3, c1, s1);          \
-            const __m512d q2 = VHI(_mm512, pd, DIR, b0, b2, c0, s0);          \
-            const __m512d q3 = VHI(_mm512, pd, DIR, b1, b3, c1, s1);          \
+            const V c0 = _mm512_loadu_##S(c + i), c1 = _mm512_loadu_##S(c + i + W); \
+            const V s0 = _mm512_loadu_##S(s + i), s1 = _mm512_loadu_##S(s + i + W); \
+            const V p0 = VLO(_mm512, S, DIR, a0, a2, c0, s0);                 \
+            const V p1 = VLO(_mm512, S, DIR, a1, a3, c1, s1);                 \
+            const V p2 = VHI(_mm512, S, DIR, a0, a2, c0, s0);                 \
+            const V p3 = VHI(_mm512, S, DIR, a1, a3, c1, s1);                 \
+            const V q0 = VLO(_mm512, S, DIR, b0, b2, c0, s0);                 \
+            const V q1 = VLO(_mm512, S, DIR, b1, b3, c1, s1);                 \
+            const V q2 = VHI(_mm512, S, DIR, b0, b2, c0, s0);                 \
+            const V q3 = VHI(_mm512, S, DIR, b1, b3, c1, s1);                 \
             if (j < h) {           /* (the next step's x, before the stores) */ \
-                a0 = _mm512_loadu_pd(x + j), a1 = _mm512_loadu_pd(x + j + W); \
-                a2 = _mm512_loadu_pd(x + j + h), a3 = _mm512_loadu_pd(x + j + h + W); \
-                b0 = _mm512_loadu_pd(x2 + j), b1 = _mm512_loadu_pd(x2 + j + W); \
-                b2 = _mm512_loadu_pd(x2 + j + h), b3 = _mm512_loadu_pd(x2 + j + h + W); \
+                a0 = _mm512_loadu_##S(x + j), a1 = _mm512_loadu_##S(x + j + W); \
+                a2 = _mm512_loadu_##S(x + j + h), a3 = _mm512_loadu_##S(x + j + h + W); \
+                b0 = _mm512_loadu_##S(x2 + j), b1 = _mm512_loadu_##S(x2 + j + W); \
+                b2 = _mm512_loadu_##S(x2 + j + h), b3 = _mm512_loadu_##S(x2 + j + h + W); \
             }                                                                 \
-            _mm512_storeu_pd(y + i, p0), _mm512_storeu_pd(y + i + W, p1);     \
-            _mm512_storeu_pd(y + i + h, p2), _mm512_storeu_pd(y + i + h + W, p3); \
-            _mm512_storeu_pd(y2 + i, q0), _mm512_storeu_pd(y2 + i + W, q1);   \
-            _mm512_storeu_pd(y2 + i + h, q2), _mm512_storeu_pd(y2 + i + h + W, q3); \
+            _mm512_storeu_##S(y + i, p0), _mm512_storeu_##S(y + i + W, p1);   \
+            _mm512_storeu_##S(y + i + h, p2), _mm512_storeu_##S(y + i + h + W, p3); \
+            _mm512_storeu_##S(y2 + i, q0), _mm512_storeu_##S(y2 + i + W, q1); \
+            _mm512_storeu_##S(y2 + i + h, q2), _mm512_storeu_##S(y2 + i + h + W, q3); \
             if (j >= h)                                                       \
                 break;                                                        \
         }                                                                     \
-        COPY_TAIL_OF(double, x, y)                                            \
-        COPY_TAIL_OF(double, x2, y2)                                          \
+        COPY_TAIL_OF(T, x, y)                                                 \
+        COPY_TAIL_OF(T, x2, y2)                                               \
     }                                                                         \
 }
-DEFINE_ROPE_PIPE(fwd)
-DEFINE_ROPE_PIPE(back)
+DEFINE_ROPE_PIPE(fwd, float, f32, ps, __m512, 16)
+DEFINE_ROPE_PIPE(back, float, f32, ps, __m512, 16)
+DEFINE_ROPE_PIPE(fwd, double, f64, pd, __m512d, 8)
+DEFINE_ROPE_PIPE(back, double, f64, pd, __m512d, 8)
 
 /* [interleaved][back][f64] */
 static const pe_rope_fn rope_one_avx512[2][2][2] = {
@@ -2137,9 +2141,9 @@ static struct {
     rope_realign_fn realign_hp[2][2][2]; /* [bf16][y 16 bytes past a line][back]:
                                           * float16/bfloat16, half-split,
                                           * duplicated tables (NULL: none) */
-    pe_rope_fn pipe[2];  /* [back]: float64 half-split in place beyond the
-                          * last-level cache (rope_pipe_avx512f_fwd_f64;
-                          * NULL: none) */
+    pe_rope_fn pipe[2][2];  /* [f64][back]: half-split rows of 1 KiB or more
+                             * in place beyond the last-level cache
+                             * (DEFINE_ROPE_PIPE; NULL: none) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -2150,7 +2154,7 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {NULL}};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {{NULL}}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2238,8 +2242,10 @@ const char *pe_rope_dispatch(int level)
                 }
         rope_table.nt_align = avx2 ? 32 : 16;
         if (avx512) {
-            rope_table.pipe[0] = rope_pipe_avx512f_fwd_f64;
-            rope_table.pipe[1] = rope_pipe_avx512f_back_f64;
+            static const pe_rope_fn pipe[2][2] = {
+                {rope_pipe_avx512f_fwd_f32, rope_pipe_avx512f_back_f32},
+                {rope_pipe_avx512f_fwd_f64, rope_pipe_avx512f_back_f64}};
+            memcpy(rope_table.pipe, pipe, sizeof pipe);
             static const pe_rope_fn bf16_wide[2][2][2] = {
                 {{bf16x32_half_fwd, bf16x32_half_back}, {bf16x32_inter_fwd, bf16x32_inter_back}},
                 {{bf16x32c_half_fwd, bf16x32c_half_back},
@@ -2435,9 +2441,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                 fast = rope_table.one[inter][back][f64]
                                      [in_place && past_llc ? w32
                                       : run_bytes % 64 == 0 ? 2 : w32];
-                if (in_place && past_llc && f64 && !inter && rope_table.pipe[back] != NULL &&
-                    run_bytes % 128 == 0)
-                    fast = rope_table.pipe[back];   /* (see rope_pipe_avx512f_fwd_f64) */
+                if (in_place && past_llc && !inter && rope_table.pipe[f64][back] != NULL &&
+                    run_bytes >= 512 && run_bytes % 128 == 0)
+                    fast = rope_table.pipe[f64][back];   /* (see DEFINE_ROPE_PIPE) */
             }
             if (inter)
                 job.fn = fast;
@@ -2506,15 +2512,17 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     } else {
         job.tiled = NULL;
     }
-    /* float64 in place beyond the cache (rope_pipe_avx512f_fwd_f64): groups
-     * of 4 heads of 1 KiB rows, not 2.  Measured, 1 thread, Zen 4 EPYC VM,
+    /* rows of 1 KiB in place beyond the cache (DEFINE_ROPE_PIPE):
+     * groups of 4 heads, not 2.  Measured, 1 thread, Zen 4 EPYC VM, float64
      * (1, 32, 4096, 128) in place, 4 processes, 15 rounds each (medians of
      * the ratios to an in-place scale timed just before each call): x 16
      * bytes past a line 1.49-1.51x with 2 heads, 1.42-1.43x with 4 (one
      * head 1.78-1.85x), on a line 1.54-1.58x and 1.55-1.56x; 2 threads
-     * 1.04-1.10x and 1.00-1.06x. */
-    const int pipe =
-        job.dup != NULL && (job.dup == rope_table.pipe[0] || job.dup == rope_table.pipe[1]);
+     * 1.04-1.10x and 1.00-1.06x; float32 (1, 32, 4096, 256) from C as
+     * above, 1.50-1.55x with 2 and 1.43-1.45x with 4 (the 32-byte kernels in
+     * groups of 4: 1.82-1.83x, no better than in 2). */
+    const int pipe = job.dup != NULL && (job.dup == rope_table.pipe[type == 2][0] ||
+                                         job.dup == rope_table.pipe[type == 2][1]);
     return grid_run(&job, rope_block_table_bytes(),
                     pipe ? 2 * ROPE_GROUP_BYTES : ROPE_GROUP_BYTES);
 }
