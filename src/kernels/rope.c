@@ -2518,9 +2518,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * the ratios to an in-place scale timed just before each call): x 16
      * bytes past a line 1.49-1.51x with 2 heads, 1.42-1.43x with 4 (one
      * head 1.78-1.85x), on a line 1.54-1.58x and 1.55-1.56x; 2 threads
-     * 1.04-1.10x and 1.00-1.06x; float32 (1, 32, 4096, 256) from C as
-     * above, 1.50-1.55x with 2 and 1.43-1.45x with 4 (the 32-byte kernels in
-     * groups of 4: 1.82-1.83x, no better than in 2). */
+     * 1.04-1.10x and 1.00-1.06x; float32 (1, 32, 4096, 256) from C as in
+     * DEFINE_ROPE_PIPE, 1.50-1.55x with 2 and 1.43-1.45x with 4 (the 32-byte
+     * kernels, through apply_rope, no better in groups of 4: 1.94-2.13x
+     * against 1.89-2.01x in 2). */
     const int pipe = job.dup != NULL && (job.dup == rope_table.pipe[type == 2][0] ||
                                          job.dup == rope_table.pipe[type == 2][1]);
     return grid_run(&job, rope_block_table_bytes(),
