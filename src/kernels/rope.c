@@ -916,7 +916,7 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
  * time: the 8-wide dup kernels' fallback when h is not a multiple of 8.
  * Like every
  * dup kernel it reads only the first half of each table row (the grouped
- * walk may pack just those: pack_duplicated). */
+ * walk may pack just those: rows_duplicated). */
 #define DEFINE_HALFPREC_DUP_SCALAR(SUF, DIR)                                  \
 static void SUF##_dup_scalar_##DIR(const pe_rope_loop *L)                     \
 {                                                                             \
@@ -1558,19 +1558,27 @@ typedef struct {
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
  * (row[i + h] == row[i], bitwise)?  Reading them brings them into cache
- * just before the block uses them. */
+ * just before the block uses them.  With pack (the grouped walk's buffer),
+ * their first halves, hb bytes each, are also copied there side by side
+ * (cos's then sin's for each position), each row while it is in L1: a pass
+ * comparing the block's rows and then one copying them took 0.73 + 0.29 ms
+ * of a float64 (1, 32, 4096, 128) call's ~9 ms, 1 thread, Zen 4 EPYC VM;
+ * in one pass 0.73-0.77 ms.  (pack's contents are unspecified where 0.) */
 static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
-                           ptrdiff_t rows, ptrdiff_t itemsize)
+                           ptrdiff_t rows, ptrdiff_t hb, char *pack)
 {
-    const size_t half = (size_t)(g->r / 2 * itemsize);
-    for (ptrdiff_t t = 0; t < 2; t++) {
-        const char *tab = t ? g->sin + b * g->sin_b : g->cos + b * g->cos_b;
+    for (int t = 0; t < 2; t++) {
         const ptrdiff_t step = t ? g->sin_s : g->cos_s;
-        const ptrdiff_t n = step == 0 ? 1 : rows;
-        tab += s0 * step;
-        for (ptrdiff_t k = 0; k < n; k++)
-            if (memcmp(tab + k * step, tab + k * step + half, half) != 0)
+        const char *tab = (t ? g->sin + b * g->sin_b : g->cos + b * g->cos_b) + s0 * step;
+        for (ptrdiff_t k = 0; k < rows; k++) {
+            const char *row = tab + k * step;
+            if (k > 0 && step == 0 && pack == NULL)
+                break;            /* (one row, broadcast: checked) */
+            if ((k == 0 || step != 0) && memcmp(row, row + hb, (size_t)hb) != 0)
                 return 0;
+            if (pack != NULL)
+                memcpy(pack + k * 2 * hb + t * hb, row, (size_t)hb);
+        }
     }
     return 1;
 }
@@ -1618,7 +1626,7 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
     const int dup = job->tiled == job->dup;   /* half-split: reads first halves */
     const ptrdiff_t used = (dup ? g->r / 2 : g->r) * job->itemsize;
     const ptrdiff_t stride = g->y_s >= used && g->y_s % 64 == 0 ? g->y_s : (used + 63) / 64 * 64;
-    if (dup && !rows_duplicated(g, b, p0, L->m, job->itemsize))
+    if (dup && !rows_duplicated(g, b, p0, L->m, g->r / 2 * job->itemsize, NULL))
         return job->fn;
     /* (with 3 heads, (1, 3, 128, 128) in place, the copy cost more than it
      * saved: 4.6-4.7 -> 4.9-5.0 us; 8 heads even) */
@@ -1638,29 +1646,6 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
         L->cos_outer = L->sin_outer = stride;
     }
     return job->tiled;
-}
-
-/* a block's table rows packed into buf (see the grouped walk), where each
- * row's halves are equal bitwise (as rows_duplicated): rows positions of
- * cos's and sin's first halves, hb bytes each, side by side; NULL where a
- * row's halves differ.  Each row is compared and copied in one go, while it
- * is in L1 (a pass comparing the block's rows and then one copying them
- * took 0.73 + 0.29 ms of a float64 (1, 32, 4096, 128) call's ~9 ms, 1
- * thread, Zen 4 EPYC VM; in one pass 0.73-0.77 ms) */
-static char *pack_duplicated(char *buf, const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
-                             ptrdiff_t rows, ptrdiff_t hb)
-{
-    for (int t = 0; t < 2; t++) {
-        const ptrdiff_t step = t ? g->sin_s : g->cos_s;
-        const char *tab = (t ? g->sin + b * g->sin_b : g->cos + b * g->cos_b) + s0 * step;
-        for (ptrdiff_t k = 0; k < rows; k++) {
-            const char *row = tab + k * step;
-            if ((k == 0 || step != 0) && memcmp(row, row + hb, (size_t)hb) != 0)
-                return NULL;
-            memcpy(buf + k * 2 * hb + t * hb, row, (size_t)hb);
-        }
-    }
-    return buf;
 }
 
 /*
@@ -1784,14 +1769,12 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                                    ? (rows - 1) * g->x_s + g->d * g->x_inner : 0;
         const ptrdiff_t pf = span < job->prefetch ? span : job->prefetch;
         const int tile_walk = grouped && job->tiled != NULL;
-        /* the grouped walk's packed tables (see there), checked as packed */
-        const char *packed =
-            pack_buf != NULL && job->dup ? pack_duplicated(pack_buf, g, b, s0, rows, hb) : NULL;
+        /* (the grouped walk's tables packed as they are checked: see there) */
+        const int dup = !tile_walk && job->dup && rows_duplicated(g, b, s0, rows, hb, pack_buf);
+        const char *packed = dup ? pack_buf : NULL;
         const pe_rope_fn fn =
             tile_walk ? job->tiled      /* (tile_tables checks each tile) */
-            : packed != NULL ? job->dup
-            : job->dup && pack_buf == NULL && rows_duplicated(g, b, s0, rows, job->itemsize)
-                ? job->dup : job->fn;
+            : dup ? job->dup : job->fn;
         pe_rope_loop L;
         L.n = rows;
         L.d = g->d;
@@ -1869,7 +1852,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              *
              * For large arrays (job->pack), the duplicated-table kernels'
              * half rows of the block (every group reads them again) are
-             * first copied side by side into one buffer (pack_duplicated):
+             * first copied side by side into one buffer (rows_duplicated):
              * read in place, half of each row's lines skipped, they came
              * from the caches beyond L2 on every group.  Measured, 1
              * thread, Zen 5 EPYC, out of place against the build before (5
@@ -2303,7 +2286,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                          inter ? NULL : rope_table.dup[back][type], g,
                          itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1};
     int tables_ok, in_place, large, past_llc;
-    ptrdiff_t llc_vectors;
+    ptrdiff_t llc_vectors, group_bytes = ROPE_GROUP_BYTES;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
      * in-place test below sees x and y alike */
     if (gv.B == 1)
@@ -2442,8 +2425,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                                      [in_place && past_llc ? w32
                                       : run_bytes % 64 == 0 ? 2 : w32];
                 if (in_place && past_llc && !inter && rope_table.pipe[f64][back] != NULL &&
-                    run_bytes >= 512 && run_bytes % 128 == 0)
+                    run_bytes >= 512 && run_bytes % 128 == 0) {
                     fast = rope_table.pipe[f64][back];   /* (see DEFINE_ROPE_PIPE) */
+                    group_bytes = 2 * ROPE_GROUP_BYTES;  /* (see the end) */
+                }
             }
             if (inter)
                 job.fn = fast;
@@ -2512,9 +2497,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     } else {
         job.tiled = NULL;
     }
-    /* rows of 1 KiB in place beyond the cache (DEFINE_ROPE_PIPE):
-     * groups of 4 heads, not 2.  Measured, 1 thread, Zen 4 EPYC VM, float64
-     * (1, 32, 4096, 128) in place, 4 processes, 15 rounds each (medians of
+    /* group_bytes: rows of 1 KiB in place beyond the cache
+     * (DEFINE_ROPE_PIPE) go in groups of 4 heads, not 2.  Measured, 1
+     * thread, Zen 4 EPYC VM, float64 (1, 32, 4096, 128) in place, 4
+     * processes, 15 rounds each (medians of
      * the ratios to an in-place scale timed just before each call): x 16
      * bytes past a line 1.49-1.51x with 2 heads, 1.42-1.43x with 4 (one
      * head 1.78-1.85x), on a line 1.54-1.58x and 1.55-1.56x; 2 threads
@@ -2522,8 +2508,5 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * DEFINE_ROPE_PIPE, 1.50-1.55x with 2 and 1.43-1.45x with 4 (the 32-byte
      * kernels, through apply_rope, no better in groups of 4: 1.94-2.13x
      * against 1.89-2.01x in 2). */
-    const int pipe = job.dup != NULL && (job.dup == rope_table.pipe[type == 2][0] ||
-                                         job.dup == rope_table.pipe[type == 2][1]);
-    return grid_run(&job, rope_block_table_bytes(),
-                    pipe ? 2 * ROPE_GROUP_BYTES : ROPE_GROUP_BYTES);
+    return grid_run(&job, rope_block_table_bytes(), group_bytes);
 }
