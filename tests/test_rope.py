@@ -782,6 +782,34 @@ def test_half_split_long_rows_in_place_beyond_the_cache(rng, backward, dtype, he
     np.testing.assert_array_equal(x, want)
 
 
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("dtype, heads, d", [
+    (np.float64, 8, 128), (np.float64, 5, 128), (np.float32, 8, 256)])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("offset", [0, 16])
+def test_long_rows_out_of_place_beyond_the_cache(rng, backward, dtype, heads, d, interleaved,
+                                                 offset):
+    """Rows of 1 KiB or more beyond the last-level cache go in groups of 4
+    heads (5 heads: a group of 4 and one alone), half-split out of place with
+    each position's rows prefetched first: into y on a line (streaming
+    stores) and 16 bytes past one (realigned in registers), both layouts,
+    forward and backward: every bit of the formula, x left as it was, and
+    nothing written past y."""
+    _, seq = _past_the_cache(heads, d, dtype)
+    x = rng.standard_normal((1, heads, seq, d)).astype(dtype)
+    x0 = x.copy()
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dtype, interleaved=interleaved)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    want = formula_bits(x, cos, sin, interleaved, backward)
+    y = _aligned_empty((x.size + 16,), dtype, offset)
+    y[...] = 7
+    out = y[:x.size].reshape(x.shape)
+    fn(x, cos, sin, interleaved=interleaved, out=out)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(y[x.size:], 7)
+    np.testing.assert_array_equal(x, x0)
+
+
 def _aligned_empty(shape, dtype, offset):
     """An empty array whose data starts `offset` bytes past 64-byte alignment."""
     itemsize = np.dtype(dtype).itemsize

@@ -1514,6 +1514,11 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
  * than 4) */
 #define ROPE_GROUP_BYTES 2048
 #define ROPE_GROUP_MAX 4
+/* rows of x of at least this many bytes (float64 d = 128, float32 head size
+ * 256) beyond the last-level cache: groups of ROPE_GROUP_MAX heads, the
+ * pipelined in-place kernels (DEFINE_ROPE_PIPE), rows prefetched ahead of
+ * half-split out-of-place kernels (see the end of pe_rope_apply) */
+#define ROPE_LONG_ROW 1024
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
  * h pairs, the table rows c, s (half-split: their first halves), the
@@ -1554,7 +1559,22 @@ typedef struct {
                           * ahead, way 0: no prefetch), or -1 */
     int choice_one;      /* ... and in the heads-inner walk, one_head (way 1:
                           * one head per call, way 0: all), or -1 */
+    int lead;            /* grouped walk: at each position the group's rows
+                          * of x and the table row prefetched first
+                          * (prefetch_position; see pe_rope_apply) */
 } rope_grid_job;
+
+/* the grouped walk's position k of heads x, x + x_h, ...: their n rows of
+ * x (row bytes each) and the table rows the kernel reads (tb bytes of c
+ * and of s), prefetched in memory order before the kernel's first load */
+static void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff_t row,
+                              const char *c, const char *s, ptrdiff_t tb)
+{
+    for (ptrdiff_t q = 0; q < n; q++)
+        pe_prefetch(x + q * x_h, row);
+    pe_prefetch(c, tb);
+    pe_prefetch(s, tb);
+}
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
  * (row[i + h] == row[i], bitwise)?  Reading them brings them into cache
@@ -1871,6 +1891,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
             const char *sin0 = packed != NULL ? packed + hb : g->sin + b * g->sin_b + s0 * g->sin_s;
             const ptrdiff_t cos_s = packed != NULL ? 2 * hb : g->cos_s;
             const ptrdiff_t sin_s = packed != NULL ? 2 * hb : g->sin_s;
+            /* the table bytes of a row the kernel reads (job->lead) */
+            const ptrdiff_t tb = fn == job->dup ? hb : g->r * job->itemsize;
             L.x_step = g->x_h;
             L.y_step = stage_buf != NULL ? stage_step : g->y_h;
             L.cos_step = 0;
@@ -1898,6 +1920,10 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     for (ptrdiff_t t = 0; t < rows + (L.n - 1) * sk; t++)
                         for (ptrdiff_t q = 0; q < L.n; q++) {
                             const ptrdiff_t k = t - q * sk;
+                            if (job->lead && q == 0 && sk == 0)
+                                prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s,
+                                                  g->x_h, L.n, row, cos0 + k * cos_s,
+                                                  sin0 + k * sin_s, tb);
                             if (k < 0 || k >= rows)
                                 continue;
                             const char *xq = g->x + b * g->x_b + (h0 + q) * g->x_h +
@@ -1918,6 +1944,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                             pe_prefetch(L.x + q * g->x_h + job->ahead * g->x_s, row);
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
+                    if (job->lead)
+                        prefetch_position(L.x, g->x_h, L.n, row, L.cos, L.sin, tb);
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
                         ptrdiff_t nb = bo;
@@ -2284,7 +2312,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1, 0};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors, group_bytes = ROPE_GROUP_BYTES;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2425,10 +2453,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
                                      [in_place && past_llc ? w32
                                       : run_bytes % 64 == 0 ? 2 : w32];
                 if (in_place && past_llc && !inter && rope_table.pipe[f64][back] != NULL &&
-                    run_bytes >= 512 && run_bytes % 128 == 0) {
+                    2 * run_bytes >= ROPE_LONG_ROW && run_bytes % 128 == 0)
                     fast = rope_table.pipe[f64][back];   /* (see DEFINE_ROPE_PIPE) */
-                    group_bytes = 2 * ROPE_GROUP_BYTES;  /* (see the end) */
-                }
             }
             if (inter)
                 job.fn = fast;
@@ -2497,16 +2523,32 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     } else {
         job.tiled = NULL;
     }
-    /* group_bytes: rows of 1 KiB in place beyond the cache
-     * (DEFINE_ROPE_PIPE) go in groups of 4 heads, not 2.  Measured, 1
-     * thread, Zen 4 EPYC VM, float64 (1, 32, 4096, 128) in place, 4
-     * processes, 15 rounds each (medians of
-     * the ratios to an in-place scale timed just before each call): x 16
-     * bytes past a line 1.49-1.51x with 2 heads, 1.42-1.43x with 4 (one
-     * head 1.78-1.85x), on a line 1.54-1.58x and 1.55-1.56x; 2 threads
-     * 1.04-1.10x and 1.00-1.06x; float32 (1, 32, 4096, 256) from C as in
-     * DEFINE_ROPE_PIPE, 1.50-1.55x with 2 and 1.43-1.45x with 4 (the 32-byte
-     * kernels, through apply_rope, no better in groups of 4: 1.94-2.13x
-     * against 1.89-2.01x in 2). */
+    /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
+     * 4 heads, not 2, whatever the kernel; half-split out of place, each
+     * position's rows of the group and its table rows are prefetched first
+     * (job->lead): those kernels read each row as two streams half a row
+     * apart, and with rows of 1 KiB the hardware prefetcher did not keep
+     * up.  A C harness of the grouped walk (rows of 512 B-2 KiB, 1-4 heads)
+     * showed a plain copy at 1.0x a streaming copy for any row length, the
+     * rotation at 1.0-1.1x with rows of 512 B and 1.3-1.5x with 1 KiB, and
+     * 1.0x again with 1 KiB rows whose table row stayed in L1.  Measured
+     * through apply_rope, Zen 4 EPYC VM (1 MiB L2, 32 MiB L3), each call
+     * over a streaming copy or an in-place scale timed just before it,
+     * settings alternated in one process, 11-13 rounds (medians): float64
+     * (1, 32, 4096, 128) into np.empty_like(x) 1.56-1.60x in groups of 2,
+     * 1.94x of 4, 1.20-1.25x of 4 with the prefetch (2 threads 1.38x ->
+     * 1.12x); into y on a line 1.01x -> 0.88x; float32 (1, 32, 4096, 256)
+     * 1.54-1.59x -> 1.21-1.24x; interleaved float64 in place 1.38-1.43x ->
+     * 1.12x with 4 heads (2 threads 1.16x -> 1.12x), out of place 1.18x ->
+     * 1.15x (with the prefetch 1.34x: not there), float32 head size 256 in
+     * place 1.43x -> 1.13x; half-split in place, the pipelined kernels
+     * (earlier: 1.49-1.51x in 2, 1.42-1.43x in 4) 1.46x without the
+     * prefetch and 1.56x with it (not there).  Rows of 2 KiB (float64 d =
+     * 256) stay 2.9-3.7x: not solved. */
+    if (past_llc && (type == 1 || type == 2) && g->x_inner == itemsize &&
+        g->d * itemsize >= ROPE_LONG_ROW) {
+        group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
+        job.lead = !in_place && !inter;
+    }
     return grid_run(&job, rope_block_table_bytes(), group_bytes);
 }
