@@ -1516,8 +1516,8 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 #define ROPE_GROUP_MAX 4
 /* rows of x of at least this many bytes (float64 d = 128, float32 head size
  * 256) beyond the last-level cache: groups of ROPE_GROUP_MAX heads, the
- * pipelined in-place kernels (DEFINE_ROPE_PIPE), rows prefetched ahead of
- * half-split out-of-place kernels (see the end of pe_rope_apply) */
+ * pipelined in-place kernels (DEFINE_ROPE_PIPE), half-split table rows (and
+ * out of place rows of x) prefetched ahead (see the end of pe_rope_apply) */
 #define ROPE_LONG_ROW 1024
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
@@ -1559,14 +1559,15 @@ typedef struct {
                           * ahead, way 0: no prefetch), or -1 */
     int choice_one;      /* ... and in the heads-inner walk, one_head (way 1:
                           * one head per call, way 0: all), or -1 */
-    int lead;            /* grouped walk: at each position the group's rows
-                          * of x and the table row prefetched first
-                          * (prefetch_position; see pe_rope_apply) */
+    int lead;            /* grouped walk: at each position its table rows,
+                          * and where lead > 1 the group's rows of x,
+                          * prefetched first (prefetch_position; see the
+                          * end of pe_rope_apply) */
 } rope_grid_job;
 
-/* the grouped walk's position k of heads x, x + x_h, ...: their n rows of
- * x (row bytes each) and the table rows the kernel reads (tb bytes of c
- * and of s), prefetched in memory order before the kernel's first load */
+/* the grouped walk's position k: the n rows of x (row bytes each) of heads
+ * x, x + x_h, ... (n may be 0), then the table rows the kernel reads (tb
+ * bytes of c and of s), prefetched in memory order before its first load */
 static void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff_t row,
                               const char *c, const char *s, ptrdiff_t tb)
 {
@@ -1922,7 +1923,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                             const ptrdiff_t k = t - q * sk;
                             if (job->lead && q == 0 && sk == 0)
                                 prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s,
-                                                  g->x_h, L.n, row, cos0 + k * cos_s,
+                                                  g->x_h, job->lead > 1 ? L.n : 0, row,
+                                                  cos0 + k * cos_s,
                                                   sin0 + k * sin_s, tb);
                             if (k < 0 || k >= rows)
                                 continue;
@@ -1945,7 +1947,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
                     if (job->lead)
-                        prefetch_position(L.x, g->x_h, L.n, row, L.cos, L.sin, tb);
+                        prefetch_position(L.x, g->x_h, job->lead > 1 ? L.n : 0, row, L.cos,
+                                          L.sin, tb);
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
                         ptrdiff_t nb = bo;
@@ -2524,11 +2527,11 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         job.tiled = NULL;
     }
     /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
-     * 4 heads, not 2, whatever the kernel; half-split out of place, each
-     * position's rows of the group and its table rows are prefetched first
-     * (job->lead): those kernels read each row as two streams half a row
-     * apart, and with rows of 1 KiB the hardware prefetcher did not keep
-     * up.  A C harness of the grouped walk (rows of 512 B-2 KiB, 1-4 heads)
+     * 4 heads, not 2, whatever the kernel; half-split, each position's
+     * table rows are prefetched first, and out of place the group's rows of
+     * x too (job->lead): those kernels read each row as two streams half a
+     * row apart, and with rows of 1 KiB the hardware prefetcher did not
+     * keep up.  A C harness of the grouped walk (rows of 512 B-2 KiB, 1-4 heads)
      * showed a plain copy at 1.0x a streaming copy for any row length, the
      * rotation at 1.0-1.1x with rows of 512 B and 1.3-1.5x with 1 KiB, and
      * 1.0x again with 1 KiB rows whose table row stayed in L1.  Measured
@@ -2542,13 +2545,18 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * 1.12x with 4 heads (2 threads 1.16x -> 1.12x), out of place 1.18x ->
      * 1.15x (with the prefetch 1.34x: not there), float32 head size 256 in
      * place 1.43x -> 1.13x; half-split in place, the pipelined kernels
-     * (earlier: 1.49-1.51x in 2, 1.42-1.43x in 4) 1.46x without the
-     * prefetch and 1.56x with it (not there).  Rows of 2 KiB (float64 d =
-     * 256) stay 2.9-3.7x: not solved. */
+     * (earlier: 1.49-1.51x in 2, 1.42-1.43x in 4): 1.46x, 1.56x with the
+     * rows of x prefetched too (so not in place), and with the table rows
+     * alone float64 1.53x -> 1.43x, float32 d = 256 1.52x -> 1.48x (15
+     * rounds; 2 threads 1.42x -> 1.14x and 1.39x -> 1.15x).  Interleaved
+     * (each row read in order) measured even with the table rows
+     * prefetched and slower with the rows of x too (out of place 1.16x ->
+     * 1.47x): none.  Rows of 2 KiB (float64 d = 256) stay 2.9-3.7x: not
+     * solved. */
     if (past_llc && (type == 1 || type == 2) && g->x_inner == itemsize &&
         g->d * itemsize >= ROPE_LONG_ROW) {
         group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
-        job.lead = !in_place && !inter;
+        job.lead = inter ? 0 : in_place ? 1 : 2;
     }
     return grid_run(&job, rope_block_table_bytes(), group_bytes);
 }
