@@ -2557,8 +2557,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * rounds; 2 threads 1.42x -> 1.14x and 1.39x -> 1.15x).  Interleaved
      * (each row read in order) measured even with the table rows
      * prefetched and slower with the rows of x too (out of place 1.16x ->
-     * 1.47x): none.  Rows of 2 KiB (float64 d = 256) stay 2.9-3.7x: not
-     * solved. */
+     * 1.47x): none.  Rows of 2 KiB (float64 d = 256) in place stay
+     * 2.9-3.0x (2.6x with the rows of x prefetched too; groups of 4 no
+     * better): not solved; out of place see STAGE_ROWS_BYTES. */
     if (past_llc && (type == 1 || type == 2) && g->x_inner == itemsize &&
         g->d * itemsize >= ROPE_LONG_ROW) {
         group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
