@@ -783,24 +783,26 @@ def test_half_split_long_rows_in_place_beyond_the_cache(rng, backward, dtype, he
 
 
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("dtype, heads, d, where", [
-    (np.float64, 8, 128, "past"), (np.float64, 5, 128, "past"), (np.float32, 8, 256, "past"),
-    (np.float64, 3, 256, "past"), (np.float64, 4, 256, "within")])
+@pytest.mark.parametrize("dtype, heads, d, rot, where", [
+    (np.float64, 8, 128, 128, "past"), (np.float64, 5, 128, 128, "past"),
+    (np.float32, 8, 256, 256, "past"), (np.float64, 3, 256, 256, "past"),
+    (np.float64, 3, 256, 192, "past"), (np.float64, 4, 256, 256, "within")])
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("offset", [0, 16])
-def test_long_rows_out_of_place_beyond_the_cache(rng, backward, dtype, heads, d, where,
+def test_long_rows_out_of_place_beyond_the_cache(rng, backward, dtype, heads, d, rot, where,
                                                  interleaved, offset):
     """Rows of 1 KiB or more beyond the last-level cache go in groups of 4
     heads (5 heads: a group of 4 and one alone; rows of 2 KiB in groups of 2,
     3 heads: 2 and 1), half-split out of place with each position's rows
     prefetched first: into y on a line (streaming stores) and 16 bytes past
-    one (realigned in registers), both layouts, forward and backward; rows
-    of 2 KiB within the cache (8 MiB: heads one at a time, not staged): every
-    bit of the formula, x left as it was, and nothing written past y."""
+    one (realigned in registers; rot 192 of 256 features: staged, two rows
+    of 2 KiB a flush), both layouts, forward and backward; rows of 2 KiB
+    within the cache (8 MiB: heads one at a time, not staged): every bit of
+    the formula, x left as it was, and nothing written past y."""
     seq = _past_the_cache(heads, d, dtype)[1] if where == "past" else 1024
     x = rng.standard_normal((1, heads, seq, d)).astype(dtype)
     x0 = x.copy()
-    cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dtype, interleaved=interleaved)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), rot, dtype=dtype, interleaved=interleaved)
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     want = formula_bits(x, cos, sin, interleaved, backward)
     y = _aligned_empty((x.size + 16,), dtype, offset)
