@@ -1517,7 +1517,7 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 /* rows of x of at least this many bytes (float64 d = 128, float32 head size
  * 256) beyond the last-level cache: groups of ROPE_GROUP_MAX heads, the
  * pipelined in-place kernels (DEFINE_ROPE_PIPE), half-split table rows (and
- * out of place rows of x) prefetched ahead (see the end of pe_rope_apply) */
+ * out of place rows of x) prefetched ahead (set in pe_rope_apply) */
 #define ROPE_LONG_ROW 1024
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
@@ -1561,8 +1561,8 @@ typedef struct {
                           * one head per call, way 0: all), or -1 */
     int lead;            /* grouped walk: at each position its table rows,
                           * and where lead > 1 the group's rows of x,
-                          * prefetched first (prefetch_position; see the
-                          * end of pe_rope_apply) */
+                          * prefetched first (prefetch_position; set in
+                          * pe_rope_apply) */
 } rope_grid_job;
 
 /* the grouped walk's position k: the n rows of x (row bytes each) of heads
@@ -1680,11 +1680,11 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
  * the lines the block shares with its neighbours (its first and last) are
  * stored plainly.  Each head's rows must lie back to back in y and every
  * head at the same offset within a line (y_s = d * itemsize, y_h on 64
- * bytes), and rows of at most STAGE_ROWS_BYTES / 2 (at least two rows per
- * flush): pe_rope_apply checks.  Only the grouped walk stages (or
- * realigns): where heads go one at a time (rows of 2 KiB within the
- * last-level cache) the plain kernel writes y.  Rows of 2 KiB beyond it
- * (float64 d = 256), realigned in groups of 2: measured, Zen 4 EPYC VM, 1
+ * bytes), rows of at most STAGE_ROWS_BYTES / 2 (at least two rows per
+ * flush), and groups of at least two heads (only the grouped walk stages or
+ * realigns): pe_rope_apply checks (MAY_STAGE).  Rows of 2 KiB beyond the
+ * last-level cache (float64 d = 256), realigned in groups of 2: measured,
+ * Zen 4 EPYC VM, 1
  * thread, (1, 32, 2048, 256) into np.empty_like(x), 3.3-3.7x a streaming
  * copy with plain stores (rows of 2 KiB were not staged before), 1.54-1.78x
  * realigned (float32 d = 512 3.6x -> 1.50-1.63x); in groups of 4 2.3x.
@@ -1912,6 +1912,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                 char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
                 ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
                 L.n = g->H - h0 < G ? g->H - h0 : G;
+                /* the rows of x prefetched with each position's table rows */
+                const ptrdiff_t lead_n = job->lead > 1 ? L.n : 0;
                 /* y 16 bytes past a line (float16, bfloat16: or on one),
                  * realigned in registers (half_realign_fwd_f32,
                  * f16_realign1_fwd) instead of staged: each head's carry */
@@ -1924,14 +1926,13 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                      * a page (see pe_rope_apply); float32/float64 measured
                      * slower so: no skew */
                     const ptrdiff_t sk = job->itemsize == 2;
-                    for (ptrdiff_t t = 0; t < rows + (L.n - 1) * sk; t++)
+                    for (ptrdiff_t t = 0; t < rows + (L.n - 1) * sk; t++) {
+                        if (job->lead && t < rows)   /* (lead: no skew, so k = t) */
+                            prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + t) * g->x_s,
+                                              g->x_h, lead_n, row, cos0 + t * cos_s,
+                                              sin0 + t * sin_s, tb);
                         for (ptrdiff_t q = 0; q < L.n; q++) {
                             const ptrdiff_t k = t - q * sk;
-                            if (job->lead && q == 0 && sk == 0)
-                                prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + k) * g->x_s,
-                                                  g->x_h, job->lead > 1 ? L.n : 0, row,
-                                                  cos0 + k * cos_s,
-                                                  sin0 + k * sin_s, tb);
                             if (k < 0 || k >= rows)
                                 continue;
                             const char *xq = g->x + b * g->x_b + (h0 + q) * g->x_h +
@@ -1942,6 +1943,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                                          sin0 + k * sin_s, g->r / 2, carry + 64 * q, k == 0,
                                          k + 1 == rows);
                         }
+                    }
                     continue;
                 }
                 for (ptrdiff_t k = 0; k < rows; k++) {
@@ -1953,8 +1955,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
                     if (job->lead)
-                        prefetch_position(L.x, g->x_h, job->lead > 1 ? L.n : 0, row, L.cos,
-                                          L.sin, tb);
+                        prefetch_position(L.x, g->x_h, lead_n, row, L.cos, L.sin, tb);
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
                         ptrdiff_t nb = bo;
@@ -2343,6 +2344,39 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     past_llc = g->d > 0 && g->B * g->H * g->S > llc_vectors;
     if (!tables_ok || g->x_inner != itemsize || g->y_inner != itemsize)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
+    /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
+     * 4 heads, not 2, whatever the kernel; half-split, each position's
+     * table rows are prefetched first, and out of place the group's rows of
+     * x too (job->lead): those kernels read each row as two streams half a
+     * row apart, and with rows of 1 KiB the hardware prefetcher did not
+     * keep up.  A C harness of the grouped walk (rows of 512 B-2 KiB, 1-4 heads)
+     * showed a plain copy at 1.0x a streaming copy for any row length, the
+     * rotation at 1.0-1.1x with rows of 512 B and 1.3-1.5x with 1 KiB, and
+     * 1.0x again with 1 KiB rows whose table row stayed in L1.  Measured
+     * through apply_rope, Zen 4 EPYC VM (1 MiB L2, 32 MiB L3), each call
+     * over a streaming copy or an in-place scale timed just before it,
+     * settings alternated in one process, 11-13 rounds (medians): float64
+     * (1, 32, 4096, 128) into np.empty_like(x) 1.56-1.60x in groups of 2,
+     * 1.94x of 4, 1.20-1.25x of 4 with the prefetch (2 threads 1.38x ->
+     * 1.12x); into y on a line 1.01x -> 0.88x; float32 (1, 32, 4096, 256)
+     * 1.54-1.59x -> 1.21-1.24x; interleaved float64 in place 1.38-1.43x ->
+     * 1.12x with 4 heads (2 threads 1.16x -> 1.12x), out of place 1.18x ->
+     * 1.15x (with the prefetch 1.34x: not there), float32 head size 256 in
+     * place 1.43x -> 1.13x; half-split in place, the pipelined kernels
+     * (earlier: 1.49-1.51x in 2, 1.42-1.43x in 4): 1.46x, 1.56x with the
+     * rows of x prefetched too (so not in place), and with the table rows
+     * alone float64 1.53x -> 1.43x, float32 d = 256 1.52x -> 1.48x (15
+     * rounds; 2 threads 1.42x -> 1.14x and 1.39x -> 1.15x).  Interleaved
+     * (each row read in order) measured even with the table rows
+     * prefetched and slower with the rows of x too (out of place 1.16x ->
+     * 1.47x): none.  Rows of 2 KiB (float64 d = 256) in place stay
+     * 2.9-3.0x (2.6x with the rows of x prefetched too; groups of 4 no
+     * better): not solved; out of place see STAGE_ROWS_BYTES. */
+    if (past_llc && (type == 1 || type == 2) && g->x_inner == itemsize &&
+        g->d * itemsize >= ROPE_LONG_ROW) {
+        group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
+        job.lead = inter ? 0 : in_place ? 1 : 2;   /* (never with the skew) */
+    }
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
     /* y may take streaming stores: out of place, and as pe_memory_stream_ok
@@ -2356,7 +2390,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * staged lines streamed 32 bytes a store where the level has AVX */
     const int stage_width = rope_table.nt_align >= 32 ? 32 : 16;
 #define MAY_STAGE() (g->y_inner == itemsize && g->y_s == g->d * itemsize && \
-                     2 * g->d * itemsize <= STAGE_ROWS_BYTES && ALIGNED(g->y_h, 64) && \
+                     2 * g->d * itemsize <= STAGE_ROWS_BYTES &&                     \
+                     2 * g->d * itemsize <= group_bytes && ALIGNED(g->y_h, 64) &&      \
                      !in_place && large && MAY_STREAM(1) && !pe_cpu_partial_lines())
     if ((type == 0 || type == 3) && job.dup != NULL && MAY_STAGE()) {
         job.stage = stage_width;   /* (the plain dup kernel: not two heads' rows
@@ -2531,39 +2566,6 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         job.tile = tile > 1 ? tile : 1;
     } else {
         job.tiled = NULL;
-    }
-    /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
-     * 4 heads, not 2, whatever the kernel; half-split, each position's
-     * table rows are prefetched first, and out of place the group's rows of
-     * x too (job->lead): those kernels read each row as two streams half a
-     * row apart, and with rows of 1 KiB the hardware prefetcher did not
-     * keep up.  A C harness of the grouped walk (rows of 512 B-2 KiB, 1-4 heads)
-     * showed a plain copy at 1.0x a streaming copy for any row length, the
-     * rotation at 1.0-1.1x with rows of 512 B and 1.3-1.5x with 1 KiB, and
-     * 1.0x again with 1 KiB rows whose table row stayed in L1.  Measured
-     * through apply_rope, Zen 4 EPYC VM (1 MiB L2, 32 MiB L3), each call
-     * over a streaming copy or an in-place scale timed just before it,
-     * settings alternated in one process, 11-13 rounds (medians): float64
-     * (1, 32, 4096, 128) into np.empty_like(x) 1.56-1.60x in groups of 2,
-     * 1.94x of 4, 1.20-1.25x of 4 with the prefetch (2 threads 1.38x ->
-     * 1.12x); into y on a line 1.01x -> 0.88x; float32 (1, 32, 4096, 256)
-     * 1.54-1.59x -> 1.21-1.24x; interleaved float64 in place 1.38-1.43x ->
-     * 1.12x with 4 heads (2 threads 1.16x -> 1.12x), out of place 1.18x ->
-     * 1.15x (with the prefetch 1.34x: not there), float32 head size 256 in
-     * place 1.43x -> 1.13x; half-split in place, the pipelined kernels
-     * (earlier: 1.49-1.51x in 2, 1.42-1.43x in 4): 1.46x, 1.56x with the
-     * rows of x prefetched too (so not in place), and with the table rows
-     * alone float64 1.53x -> 1.43x, float32 d = 256 1.52x -> 1.48x (15
-     * rounds; 2 threads 1.42x -> 1.14x and 1.39x -> 1.15x).  Interleaved
-     * (each row read in order) measured even with the table rows
-     * prefetched and slower with the rows of x too (out of place 1.16x ->
-     * 1.47x): none.  Rows of 2 KiB (float64 d = 256) in place stay
-     * 2.9-3.0x (2.6x with the rows of x prefetched too; groups of 4 no
-     * better): not solved; out of place see STAGE_ROWS_BYTES. */
-    if (past_llc && (type == 1 || type == 2) && g->x_inner == itemsize &&
-        g->d * itemsize >= ROPE_LONG_ROW) {
-        group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
-        job.lead = inter ? 0 : in_place ? 1 : 2;
     }
     return grid_run(&job, rope_block_table_bytes(), group_bytes);
 }
