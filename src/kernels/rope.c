@@ -52,6 +52,10 @@
 #define LOAD_f32(p) (*(const float *)(const void *)(p))
 #define STORE_f32(p, v) (*(float *)(void *)(p) = (v))
 #define LOAD_f64(p) (*(const double *)(const void *)(p))
+/* the C type of a table entry */
+#define TT_f16 uint16_t
+#define TT_bf16 uint16_t
+#define TT_f32 float
 #define STORE_f64(p, v) (*(double *)(void *)(p) = (v))
 
 int pe_rope_groups(const pe_rope_loop *L, pe_rope_fn self)
@@ -345,9 +349,11 @@ DEFINE_ROPE_DUP_BOTH(back, double, f64)
     VHI(P, S, DIR, VF(P, loadu, S)(x + i), VF(P, loadu, S)(x + i + h), \
         VF(P, loadu, S)(c + i), VF(P, loadu, S)(s + i))
 
-#define ROW_POINTERS(T)                                                       \
-        const T *c = (const T *)(const void *)(L->cos + k * L->cos_step);     \
-        const T *s = (const T *)(const void *)(L->sin + k * L->sin_step);     \
+#define ROW_POINTERS(T) ROW_POINTERS_T(T, T)
+/* ... with tables of type TT */
+#define ROW_POINTERS_T(T, TT)                                                 \
+        const TT *c = (const TT *)(const void *)(L->cos + k * L->cos_step);   \
+        const TT *s = (const TT *)(const void *)(L->sin + k * L->sin_step);   \
         const T *x = (const T *)(const void *)(L->x + k * L->x_step);         \
         T *y = (T *)(void *)(L->y + k * L->y_step);
 #define COPY_TAIL_OF(T, x, y)                                                 \
@@ -917,17 +923,20 @@ static const pe_rope_fn rope_nt_x86[2][2][2][2] = {
  * Like every
  * dup kernel it reads only the first half of each table row (the grouped
  * walk may pack just those: rows_duplicated). */
-#define DEFINE_HALFPREC_DUP_SCALAR(SUF, DIR)                                  \
-static void SUF##_dup_scalar_##DIR(const pe_rope_loop *L)                     \
+#define DEFINE_HALFPREC_DUP_SCALAR(SUF, DIR) DEFINE_HALFPREC_DUP_SCALAR_T(SUF, SUF, DIR, SUF)
+/* ... NAME##_dup_scalar_##DIR, tables of TSUF (f16, bf16, or f32: float32
+ * copies, see rows_duplicated) */
+#define DEFINE_HALFPREC_DUP_SCALAR_T(NAME, SUF, DIR, TSUF)                   \
+static void NAME##_dup_scalar_##DIR(const pe_rope_loop *L)                    \
 {                                                                             \
     const ptrdiff_t h = L->r / 2;                                             \
-    if (pe_rope_groups(L, SUF##_dup_scalar_##DIR))                            \
+    if (pe_rope_groups(L, NAME##_dup_scalar_##DIR))                           \
         return;                                                               \
     for (ptrdiff_t k = 0; k < L->n; k++) {                                    \
-        ROW_POINTERS(uint16_t)                                                \
+        ROW_POINTERS_T(uint16_t, TT_##TSUF)                                   \
         for (ptrdiff_t i = 0; i < h; i++) {                                   \
             const float xa = LOAD_##SUF(x + i), xb = LOAD_##SUF(x + i + h);  \
-            const float ca = LOAD_##SUF(c + i), sa = LOAD_##SUF(s + i);      \
+            const float ca = LOAD_##TSUF(c + i), sa = LOAD_##TSUF(s + i);    \
             float ya, yb;                                                     \
             ROT_##DIR(ya, yb, xa, xb, ca, ca, sa, sa);                        \
             STORE_##SUF(y + i, ya);                                           \
@@ -940,6 +949,8 @@ DEFINE_HALFPREC_DUP_SCALAR(f16, fwd)
 DEFINE_HALFPREC_DUP_SCALAR(f16, back)
 DEFINE_HALFPREC_DUP_SCALAR(bf16, fwd)
 DEFINE_HALFPREC_DUP_SCALAR(bf16, back)
+DEFINE_HALFPREC_DUP_SCALAR_T(f16_ft, f16, fwd, f32)
+DEFINE_HALFPREC_DUP_SCALAR_T(f16_ft, f16, back, f32)
 
 /* NAME##_half_##DIR: any tables; NAME##_dup_##DIR: duplicated half-split
  * tables (cb = ca, sb = sa: the same bits with 4 of the 6 loads and
@@ -949,12 +960,15 @@ DEFINE_HALFPREC_DUP_SCALAR(bf16, back)
  * ms (the 9.4 in a round where the in-place scale was slow too).  The
  * bfloat16 ones (below) serve bfloat16 the same way. */
 #define HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, DUP, K0)                \
+    HALFPREC_HALF_BODY_T(P, V, W, LOAD, STORE, DIR, DUP, K0, uint16_t, LOAD)
+/* ... with tables of C type TT, loaded by TLOAD */
+#define HALFPREC_HALF_BODY_T(P, V, W, LOAD, STORE, DIR, DUP, K0, TT, TLOAD)   \
     for (ptrdiff_t k = K0; k < L->n; k++) {                                   \
-        ROW_POINTERS(uint16_t)                                                \
+        ROW_POINTERS_T(uint16_t, TT)                                          \
         for (ptrdiff_t i = 0; i < h; i += W) {                                \
             const V xa = LOAD(x + i), xb = LOAD(x + i + h);                   \
-            const V ca = LOAD(c + i), cb = DUP ? ca : LOAD(c + i + h);        \
-            const V sa = LOAD(s + i), sb = DUP ? sa : LOAD(s + i + h);        \
+            const V ca = TLOAD(c + i), cb = DUP ? ca : TLOAD(c + i + h);      \
+            const V sa = TLOAD(s + i), sb = DUP ? sa : TLOAD(s + i + h);      \
             V ya, yb;                                                         \
             HP_ROT_##DIR(P, ya, yb, xa, xb, ca, cb, sa, sb);                  \
             STORE(y + i, ya);                                                 \
@@ -972,6 +986,10 @@ static void NAME##_half_##DIR(const pe_rope_loop *L)                          \
     HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, 0, 0)                       \
 }
 #define DEFINE_HALFPREC_DUP(NAME, TARGET, P, V, W, LOAD, STORE, DIR, USE, OTHER) \
+    DEFINE_HALFPREC_DUP_T(NAME, TARGET, P, V, W, LOAD, STORE, DIR, USE, OTHER, uint16_t, LOAD)
+/* ... with tables of C type TT, loaded by TLOAD (float32 copies of the
+ * float16 tables: rows_duplicated) */
+#define DEFINE_HALFPREC_DUP_T(NAME, TARGET, P, V, W, LOAD, STORE, DIR, USE, OTHER, TT, TLOAD) \
 __attribute__((target(TARGET)))                                               \
 static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
 {                                                                             \
@@ -991,8 +1009,8 @@ static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
          * and 48 bytes past a line); (1, 32, 16384, 128) 5.8-6.0 ->        \
          * 5.4-5.7 ms (3 alternating runs, against an in-place scale of     \
          * 4.3-5.0 ms) */                                                    \
-        const uint16_t *c = (const uint16_t *)(const void *)L->cos;           \
-        const uint16_t *s = (const uint16_t *)(const void *)L->sin;           \
+        const TT *c = (const TT *)(const void *)L->cos;                       \
+        const TT *s = (const TT *)(const void *)L->sin;                       \
         const ptrdiff_t n = L->n, xs = L->x_step, ys = L->y_step;             \
         ptrdiff_t k = 0;                                                      \
         for (; k + 2 <= n; k += 2) {                                          \
@@ -1001,7 +1019,7 @@ static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
             uint16_t *y = (uint16_t *)(void *)(L->y + k * ys);                \
             uint16_t *y2 = (uint16_t *)(void *)(L->y + (k + 1) * ys);         \
             for (ptrdiff_t i = 0; i < h; i += W) {                            \
-                const V ca = LOAD(c + i), sa = LOAD(s + i);                   \
+                const V ca = TLOAD(c + i), sa = TLOAD(s + i);                 \
                 const V xa = LOAD(x + i), xb = LOAD(x + i + h);               \
                 const V za = LOAD(x2 + i), zb = LOAD(x2 + i + h);             \
                 V ya, yb, wa, wb;                                             \
@@ -1017,7 +1035,7 @@ static void NAME##_dup_##DIR(const pe_rope_loop *L)                           \
         }                                                                     \
         k0 = k;                                                               \
     }                                                                         \
-    HALFPREC_HALF_BODY(P, V, W, LOAD, STORE, DIR, 1, k0)                      \
+    HALFPREC_HALF_BODY_T(P, V, W, LOAD, STORE, DIR, 1, k0, TT, TLOAD)         \
 }
 #define HP_ROT_fwd(P, ya, yb, xa, xb, ca, cb, sa, sb)                         \
     do { ya = VF(P, sub, ps)(VF(P, mul, ps)(xa, ca), VF(P, mul, ps)(xb, sa)); \
@@ -1050,6 +1068,20 @@ DEFINE_HALFPREC_DUP(f16c_nt, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREA
                    h % 8 == 0, f16c_dup_fwd)
 DEFINE_HALFPREC_DUP(f16c_nt, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, back,
                    h % 8 == 0, f16c_dup_back)
+
+/* the float16 dup kernels reading float32 tables, the grouped walk's
+ * widened copy (rows_duplicated): no conversion of table values in the
+ * loop.  F32_LOAD8/16: 8 or 16 float32 table values */
+#define F32_LOAD8(p) _mm256_loadu_ps((const float *)(const void *)(p))
+#define F32_LOAD16(p) _mm512_loadu_ps((const float *)(const void *)(p))
+DEFINE_HALFPREC_DUP_T(f16c_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, fwd,
+                      h % 8 == 0, f16_ft_dup_scalar_fwd, float, F32_LOAD8)
+DEFINE_HALFPREC_DUP_T(f16c_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back,
+                      h % 8 == 0, f16_ft_dup_scalar_back, float, F32_LOAD8)
+DEFINE_HALFPREC_DUP_T(f16c_nt_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, fwd,
+                      h % 8 == 0, f16c_ft_dup_fwd, float, F32_LOAD8)
+DEFINE_HALFPREC_DUP_T(f16c_nt_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, back,
+                      h % 8 == 0, f16c_ft_dup_back, float, F32_LOAD8)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -1192,6 +1224,10 @@ DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_
                    rope_halfprec_wide_ok(L, 0, h), f16c_dup_fwd)
 DEFINE_HALFPREC_DUP(avx512_f16, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512, back,
                    rope_halfprec_wide_ok(L, 0, h), f16c_dup_back)
+DEFINE_HALFPREC_DUP_T(avx512_f16_ft, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512,
+                      fwd, rope_halfprec_wide_ok(L, 0, h), f16c_ft_dup_fwd, float, F32_LOAD16)
+DEFINE_HALFPREC_DUP_T(avx512_f16_ft, "avx512f", _mm512, __m512, 16, F16_LOAD512, F16_STORE512,
+                      back, rope_halfprec_wide_ok(L, 0, h), f16c_ft_dup_back, float, F32_LOAD16)
 DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
                       F16_STORE512, fwd)
 DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LOAD512,
@@ -1563,6 +1599,10 @@ typedef struct {
                           * and where lead > 1 the group's rows of x,
                           * prefetched first (prefetch_position; set in
                           * pe_rope_apply) */
+    int pack_ft;         /* float16: the grouped walk packs float32 copies of
+                          * the half rows (rows_duplicated) and runs dup_ft,
+                          * which reads them, in place of dup */
+    pe_rope_fn dup_ft;
 } rope_grid_job;
 
 /* the grouped walk's position k: the n rows of x (row bytes each) of heads
@@ -1584,10 +1624,27 @@ static void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff
  * (cos's then sin's for each position), each row while it is in L1: a pass
  * comparing the block's rows and then one copying them took 0.73 + 0.29 ms
  * of a float64 (1, 32, 4096, 128) call's ~9 ms, 1 thread, Zen 4 EPYC VM;
- * in one pass 0.73-0.77 ms.  (pack's contents are unspecified where 0.) */
+ * in one pass 0.73-0.77 ms.  (pack's contents are unspecified where 0.)
+ * With ft (float16 tables), the copies are widened to float32 (2 hb bytes
+ * each), so that the dup kernels convert only x and y.  Why: float16 is
+ * bound by its arithmetic at 1 thread.  Zen 4 EPYC VM: in place it ran at
+ * about 20 GB/s of x in cache and from memory alike; vcvtph2ps and
+ * vcvtps2ph on 512-bit vectors measured one per 2 cycles each, and the
+ * pair loop's body (4 + 4 conversions, 8 products, 4 sums per 128 bytes of
+ * x) alone, in L1, 5.0 ns per 128 bytes, 26 GB/s, the speed of an
+ * in-place scale from memory; the tables' conversions were 2 more.
+ * Measured through apply_rope, 1 thread, in place, settings alternated in
+ * one process (medians of 31-41 rounds): (1, 32, 512, 128) 205 -> 195 us,
+ * (1, 32, 1024, 128) 411 -> 391 us; (1, 32, 16384, 128) 1.41-1.46x an
+ * in-place scale -> 1.32-1.40x, (1, 32, 8192, 256) 1.37x -> 1.32x; 2
+ * threads even (1.03-1.04x).  The realigning kernels (out of place) keep
+ * float16 tables: with float32 ones, even (1.35x a copy both ways), and
+ * with blocks of half the rows (the copies' bytes as before) in place was
+ * slower (1.36-1.37x -> 1.44-1.45x). */
 static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
-                           ptrdiff_t rows, ptrdiff_t hb, char *pack)
+                           ptrdiff_t rows, ptrdiff_t hb, char *pack, int ft)
 {
+    const ptrdiff_t pb = ft ? 2 * hb : hb;   /* bytes of a packed half row */
     for (int t = 0; t < 2; t++) {
         const ptrdiff_t step = t ? g->sin_s : g->cos_s;
         const char *tab = (t ? g->sin + b * g->sin_b : g->cos + b * g->cos_b) + s0 * step;
@@ -1597,7 +1654,10 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
                 break;            /* (one row, broadcast: checked) */
             if ((k == 0 || step != 0) && memcmp(row, row + hb, (size_t)hb) != 0)
                 return 0;
-            if (pack != NULL)
+            if (pack != NULL && ft)
+                pe_half_to_float_run((const uint16_t *)(const void *)row,
+                                     (float *)(void *)(pack + k * 2 * pb + t * pb), hb / 2);
+            else if (pack != NULL)
                 memcpy(pack + k * 2 * hb + t * hb, row, (size_t)hb);
         }
     }
@@ -1647,7 +1707,7 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
     const int dup = job->tiled == job->dup;   /* half-split: reads first halves */
     const ptrdiff_t used = (dup ? g->r / 2 : g->r) * job->itemsize;
     const ptrdiff_t stride = g->y_s >= used && g->y_s % 64 == 0 ? g->y_s : (used + 63) / 64 * 64;
-    if (dup && !rows_duplicated(g, b, p0, L->m, g->r / 2 * job->itemsize, NULL))
+    if (dup && !rows_duplicated(g, b, p0, L->m, g->r / 2 * job->itemsize, NULL, 0))
         return job->fn;
     /* (with 3 heads, (1, 3, 128, 128) in place, the copy cost more than it
      * saved: 4.6-4.7 -> 4.9-5.0 us; 8 heads even) */
@@ -1770,10 +1830,12 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
      * the grouped walk's buffer for a block of them (both halves of a
      * block's rows: at most half its table bytes, see grid_run) */
     const ptrdiff_t hb = g->r / 2 * job->itemsize;
+    /* ... and of each in the buffer (job->pack_ft: widened to float32) */
+    const ptrdiff_t pb = job->pack_ft ? 2 * hb : hb;
     /* the grouped walk, or the tile walk where job->tiled */
     const int grouped = !job->heads_inner && job->head_group > 1;
     void *pack_mem = job->pack && grouped && job->tiled == NULL
-                         ? malloc((size_t)(2 * job->rows * hb + 64)) : NULL;
+                         ? malloc((size_t)(2 * job->rows * pb + 64)) : NULL;
     char *pack_buf = pack_mem == NULL ? NULL
                      : (char *)pack_mem + (64 - (uintptr_t)pack_mem % 64) % 64;
     /* the staged walk's buffer: per head of a group, STAGE_ROWS_BYTES of
@@ -1797,11 +1859,14 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
         const ptrdiff_t pf = span < job->prefetch ? span : job->prefetch;
         const int tile_walk = grouped && job->tiled != NULL;
         /* (the grouped walk's tables packed as they are checked: see there) */
-        const int dup = !tile_walk && job->dup && rows_duplicated(g, b, s0, rows, hb, pack_buf);
+        const int dup = !tile_walk && job->dup &&
+                        rows_duplicated(g, b, s0, rows, hb, pack_buf, job->pack_ft);
         const char *packed = dup ? pack_buf : NULL;
+        /* the kernels of float32 copies of the tables (job->pack_ft) */
+        const int ft = packed != NULL && job->pack_ft;
         const pe_rope_fn fn =
             tile_walk ? job->tiled      /* (tile_tables checks each tile) */
-            : dup ? job->dup : job->fn;
+            : dup ? (ft ? job->dup_ft : job->dup) : job->fn;
         pe_rope_loop L;
         L.n = rows;
         L.d = g->d;
@@ -1895,11 +1960,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * Interleaved (whole rows, in order) is not packed. */
             const ptrdiff_t G = job->head_group;
             const char *cos0 = packed != NULL ? packed : g->cos + b * g->cos_b + s0 * g->cos_s;
-            const char *sin0 = packed != NULL ? packed + hb : g->sin + b * g->sin_b + s0 * g->sin_s;
-            const ptrdiff_t cos_s = packed != NULL ? 2 * hb : g->cos_s;
-            const ptrdiff_t sin_s = packed != NULL ? 2 * hb : g->sin_s;
+            const char *sin0 = packed != NULL ? packed + pb : g->sin + b * g->sin_b + s0 * g->sin_s;
+            const ptrdiff_t cos_s = packed != NULL ? 2 * pb : g->cos_s;
+            const ptrdiff_t sin_s = packed != NULL ? 2 * pb : g->sin_s;
             /* the table bytes of a row the kernel reads (job->lead) */
-            const ptrdiff_t tb = fn == job->dup ? hb : g->r * job->itemsize;
+            const ptrdiff_t tb = ft ? pb : fn == job->dup ? hb : g->r * job->itemsize;
             L.x_step = g->x_h;
             L.y_step = stage_buf != NULL ? stage_step : g->y_h;
             L.cos_step = 0;
@@ -2165,6 +2230,10 @@ static struct {
     pe_rope_fn pipe[2][2];  /* [f64][back]: half-split rows of 1 KiB or more
                              * in place beyond the last-level cache
                              * (DEFINE_ROPE_PIPE; NULL: none) */
+    /* float16, half-split, the kernels of the float32 table copies
+     * (rope_grid_job.pack_ft; NULL: none): dup[back]'s, nt_half[0][back]'s */
+    pe_rope_fn dup_ft[2];
+    pe_rope_fn nt_half_ft[2];
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -2175,7 +2244,8 @@ static struct {
       pe_rope_inter_back_bf16}},
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
-    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {{NULL}}};
+    {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {{NULL}},
+    {NULL}, {NULL}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2207,6 +2277,8 @@ const char *pe_rope_dispatch(int level)
     memset(rope_table.nt_half, 0, sizeof rope_table.nt_half);
     memset(rope_table.realign, 0, sizeof rope_table.realign);
     memset(rope_table.realign_hp, 0, sizeof rope_table.realign_hp);
+    memset(rope_table.dup_ft, 0, sizeof rope_table.dup_ft);
+    memset(rope_table.nt_half_ft, 0, sizeof rope_table.nt_half_ft);
     rope_table.nt_align = 16;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {
@@ -2232,6 +2304,10 @@ const char *pe_rope_dispatch(int level)
             rope_table.dup[1][0] = f16c_dup_back;
             rope_table.nt_half[0][0] = f16c_nt_dup_fwd;
             rope_table.nt_half[0][1] = f16c_nt_dup_back;
+            rope_table.dup_ft[0] = f16c_ft_dup_fwd;
+            rope_table.dup_ft[1] = f16c_ft_dup_back;
+            rope_table.nt_half_ft[0] = f16c_nt_ft_dup_fwd;
+            rope_table.nt_half_ft[1] = f16c_nt_ft_dup_back;
         }
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
         rope_table.dup[0][3] = bf16x16_dup_fwd;
@@ -2297,6 +2373,8 @@ const char *pe_rope_dispatch(int level)
                 memcpy(rope_table.realign_hp[0], realign_hp[0], sizeof realign_hp[0]);
                 rope_table.dup[0][0] = avx512_f16_dup_fwd;
                 rope_table.dup[1][0] = avx512_f16_dup_back;
+                rope_table.dup_ft[0] = avx512_f16_ft_dup_fwd;
+                rope_table.dup_ft[1] = avx512_f16_ft_dup_back;
             }
         }
         return bf16c ? "avx512bf16" : avx512 ? "avx512" : avx2 ? "avx2" : "sse2";
@@ -2322,7 +2400,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     const ptrdiff_t h = g->r / 2;
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
-                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1, 0};
+                         itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1, 0,
+                         0, NULL};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors, group_bytes = ROPE_GROUP_BYTES;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2344,6 +2423,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     past_llc = g->d > 0 && g->B * g->H * g->S > llc_vectors;
     if (!tables_ok || g->x_inner != itemsize || g->y_inner != itemsize)
         job.dup = NULL;   /* the dup kernels need contiguous vectors and rows */
+    if (type == 0 && job.dup != NULL)
+        job.dup_ft = rope_table.dup_ft[back];
     /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
      * 4 heads, not 2, whatever the kernel; half-split, each position's
      * table rows are prefetched first, and out of place the group's rows of
@@ -2423,6 +2504,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * F16_STREAM); never whole lines: they write two heads' rows, both
          * halves, 16 bytes at a time */
         job.dup = rope_table.nt_half[type == 3][back];
+        job.dup_ft = type == 0 ? rope_table.nt_half_ft[back] : NULL;
         job.streaming = 1;
         job.prefetch = 0;
     }
@@ -2545,6 +2627,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
 #undef MAY_STREAM
 #undef Y_ALIGNED
     job.pack = large && job.dup != NULL;   /* (see the grouped walk) */
+    /* float16: float32 copies where the walk's kernel has a version that
+     * reads them (see rows_duplicated); the realigning kernels keep the
+     * float16 tables */
+    job.pack_ft = job.pack && job.dup_ft != NULL && job.realign == NULL;
     /* (see the heads-inner walk) beyond the last-level cache one head per
      * call measured faster on a Zen 5 EPYC, all heads per call on a Zen 4
      * VM: (1, 32, 8192, 128) float32, 1 thread, minima of 11, each way
