@@ -338,3 +338,42 @@ def test_bfloat16_in_place_beyond_the_last_level_cache(rng, backward):
         want = oracle32(x, cos, sin, backward=backward).astype(dt)
         fn(x, cos, sin, out=x)
     _bits_equal(x, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("heads, d", [(5, 512), (3, 1024)])
+def test_halfprec_long_rows_beyond_the_last_level_cache(rng, dtype, backward, heads, d):
+    """Half-split rows of 1 KiB (d = 512: a group of 4 heads and one alone)
+    and 2 KiB (d = 1024: a group of 2 and one) beyond the last-level cache
+    (read at run time), each position's rows of x and table rows prefetched
+    first: into y 16 bytes past a line (realigned in registers, each head a
+    row behind the one before), into y 2 bytes off (plain stores) and in
+    place (float16: from float32 copies of the tables).  Every value the
+    float32 formula rounded once, x unchanged out of place, nothing written
+    past y."""
+    if dtype == "bfloat16":
+        dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    else:
+        dt = np.dtype(np.float16)
+    llc = int(posemb.show_config(print_=False)["last_level_cache"].split()[0]) << 10
+    seq = llc // (heads * d * 2) + 64
+    if heads * seq * d * 2 > 160 << 20:
+        pytest.skip(f"a last-level cache of {llc >> 20} MiB: x would be too large here")
+    x = _hard_values(rng, (1, heads, seq, d)).astype(np.float32).astype(dt)
+    x0 = x.copy()
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dt)
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    with np.errstate(all="ignore"):
+        want = oracle32(x, cos, sin, backward=backward).astype(dt)
+        for offset in (16, 2):
+            buf = np.empty(x.nbytes + 256, np.uint8)
+            start = (-buf.ctypes.data) % 64 + offset
+            buf[:] = 0x55
+            out = buf[start:start + x.nbytes].view(dt).reshape(x.shape)
+            fn(x, cos, sin, out=out)
+            _bits_equal(out, want)
+            assert (buf[:start] == 0x55).all() and (buf[start + x.nbytes:] == 0x55).all()
+        _bits_equal(x, x0)
+        fn(x, cos, sin, out=x)
+    _bits_equal(x, want)

@@ -1551,9 +1551,10 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 #define ROPE_GROUP_BYTES 2048
 #define ROPE_GROUP_MAX 4
 /* rows of x of at least this many bytes (float64 d = 128, float32 head size
- * 256) beyond the last-level cache: groups of ROPE_GROUP_MAX heads, the
- * pipelined in-place kernels (DEFINE_ROPE_PIPE), half-split table rows (and
- * out of place rows of x) prefetched ahead (set in pe_rope_apply) */
+ * 256, float16/bfloat16 d = 512) beyond the last-level cache: groups of
+ * ROPE_GROUP_MAX heads, the pipelined in-place kernels (DEFINE_ROPE_PIPE),
+ * half-split table rows (and rows of x) prefetched ahead (set in
+ * pe_rope_apply) */
 #define ROPE_LONG_ROW 1024
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
@@ -1992,7 +1993,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                      * slower so: no skew */
                     const ptrdiff_t sk = job->itemsize == 2;
                     for (ptrdiff_t t = 0; t < rows + (L.n - 1) * sk; t++) {
-                        if (job->lead && t < rows)   /* (lead: no skew, so k = t) */
+                        /* (position t: head 0's now, head q's q rows on) */
+                        if (job->lead && t < rows)
                             prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + t) * g->x_s,
                                               g->x_h, lead_n, row, cos0 + t * cos_s,
                                               sin0 + t * sin_s, tb);
@@ -2452,11 +2454,20 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * prefetched and slower with the rows of x too (out of place 1.16x ->
      * 1.47x): none.  Rows of 2 KiB (float64 d = 256) in place stay
      * 2.9-3.0x (2.6x with the rows of x prefetched too; groups of 4 no
-     * better): not solved; out of place see STAGE_ROWS_BYTES. */
-    if (past_llc && (type == 1 || type == 2) && g->x_inner == itemsize &&
-        g->d * itemsize >= ROPE_LONG_ROW) {
+     * better): not solved; out of place see STAGE_ROWS_BYTES.
+     * float16 and bfloat16 half-split, the same with the rows of x
+     * prefetched in place too (settings alternated in one process, 11
+     * rounds, medians, against a streaming copy / an in-place scale):
+     * float16 (1, 32, 4096, 512) 2.38x / 2.10x -> 1.98x / 1.77x (only the
+     * table rows prefetched: 2.43x / 2.22x), (1, 32, 2048, 1024) 4.78x /
+     * 3.77x -> 2.20x / 2.51x; bfloat16 2.88x / 2.37x -> 2.74x / 2.24x and
+     * 4.20x / 4.09x -> 2.70x / 2.39x.  Interleaved float16 (2.24x / 1.92x
+     * at d = 1024) was slower so with any prefetch (2.42-2.61x / 2.24-2.79x):
+     * not there. */
+    if (past_llc && g->x_inner == itemsize && g->d * itemsize >= ROPE_LONG_ROW &&
+        (type == 1 || type == 2 || !inter)) {
         group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
-        job.lead = inter ? 0 : in_place ? 1 : 2;   /* (never with the skew) */
+        job.lead = inter ? 0 : in_place && itemsize > 2 ? 1 : 2;
     }
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
