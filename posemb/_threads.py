@@ -161,22 +161,26 @@ def empty_cache() -> None:
     _core._out_cache(limit)
 
 
-def _measured_choice(half: int) -> str:
-    """show_config's account of one of RoPE's measured choices (pe_choice_way
-    in C): half 0 (prefetch ahead) or 1 (one head per call)."""
+def _measured_choice(*parts: int) -> str:
+    """show_config's account of RoPE's measured choices (pe_choice_way in
+    C), kinds in three parts of 8 (one per dtype, in place or not): part 0
+    (prefetch ahead), 1 (one head per call, positions lying together) and 2
+    (the same where positions have gaps between them: sliced heads)."""
     setting, kinds = _core._choice(None)
     if setting >= 0:
         return f"{'yes' if setting else 'no'} (set)"
     dtypes = ("float16", "float32", "float64", "bfloat16")
-    n = len(kinds) // 2
+    n = len(kinds) // 3
     seen = []
-    for kind, (without, with_) in enumerate(kinds[half * n:(half + 1) * n]):
-        if without or with_:
-            where = "in place" if kind >= 4 else "out="
-            # (as pe_choice_way: the lower time, or "measuring" while one is missing)
-            pick = "measuring" if not (without and with_) else "yes" if with_ < without else "no"
-            times = "/".join(f"{p} ps" if p else "-" for p in (with_, without))
-            seen.append(f"{dtypes[kind % 4]} {where} {pick} ({times} per byte with/without)")
+    for part in parts:
+        for kind, (without, with_) in enumerate(kinds[part * n:(part + 1) * n]):
+            if without or with_:
+                where = ("in place" if kind >= 4 else "out=") + (
+                    ", positions with gaps" if part == 2 else "")
+                # (as pe_choice_way: the lower time, or "measuring" while one is missing)
+                pick = "measuring" if not (without and with_) else "yes" if with_ < without else "no"
+                times = "/".join(f"{p} ps" if p else "-" for p in (with_, without))
+                seen.append(f"{dtypes[kind % 4]} {where} {pick} ({times} per byte with/without)")
     return "; ".join(seen) if seen else (
         "measured on calls beyond the last-level cache (none yet; builds without a "
         "monotonic clock, such as Windows', do not measure and take 'yes')")
@@ -210,7 +214,9 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     over arrays larger than the last-level cache prefetches rows ahead in
     software, in the ``(b, h, s, d)`` layout, and takes one head per kernel
     call, in the ``(b, s, h, d)`` one: something the cache sizes do not
-    tell, so such calls measure both ways, per dtype and in place or not,
+    tell, so such calls measure both ways, per dtype and in place or not
+    (and for one head per call, whether positions have gaps between them,
+    as heads sliced from a fused projection do),
     and keep the faster, rechecking the other now and then; the best times
     per byte so far; Windows builds do not measure and take ``yes``),
     plus ``threads`` and ``output_cache`` (what set_output_cache keeps).
@@ -225,7 +231,7 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     print_ = _checks.flag(print_, "print_")
     cfg = dict(_core._dispatch())
     cfg["rope_prefetch_ahead"] = _measured_choice(0)
-    cfg["rope_one_head_per_call"] = _measured_choice(1)
+    cfg["rope_one_head_per_call"] = _measured_choice(1, 2)
     cfg["threads"] = str(get_num_threads())
     limit, held, blocks = _core._out_cache(None)
     cfg["output_cache"] = f"{held >> 20} MiB held in {blocks} blocks, limit {limit >> 20} MiB"

@@ -88,7 +88,7 @@ size_t pe_cpu_set_stream_min_bytes(ptrdiff_t v);
  * is no monotonic clock or atomic (MSVC, mingw-w64), nothing is measured
  * and every call takes way 1 unless set.
  */
-#define PE_CHOICE_KINDS 16
+#define PE_CHOICE_KINDS 24
 #define PE_CHOICE_TRIALS 8
 #define PE_CHOICE_RECHECK 17
 int pe_choice_way(int kind);
@@ -149,6 +149,19 @@ PE_INLINE void pe_prefetch(const void *p, ptrdiff_t nbytes)
 #if defined(__GNUC__) || defined(__clang__)
     for (ptrdiff_t i = 0; i < nbytes; i += 64)
         __builtin_prefetch((const char *)p + i);
+#else
+    (void)p;
+    (void)nbytes;
+#endif
+}
+/* ... into the second-level cache only (prefetcht1 on x86): the line does
+ * not wait in L1's fill buffers, which the loads of the rows being
+ * rotated need (see rope.c's heads-inner walk) */
+PE_INLINE void pe_prefetch_l2(const void *p, ptrdiff_t nbytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (ptrdiff_t i = 0; i < nbytes; i += 64)
+        __builtin_prefetch((const char *)p + i, 0, 2);
 #else
     (void)p;
     (void)nbytes;

@@ -948,11 +948,12 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd", "sliced"])
 def test_measured_choices_either_way_same_bits(rng, dtype, interleaved, layout):
     """Beyond the last-level cache the grouped walk ((b, h, s, d) memory)
     prefetches rows ahead or not, and the heads-inner walk (HF's transposed
-    q) takes one head or all heads per call, as measured on the calls
+    q, heads sliced from a fused projection) takes one head or all heads
+    per call, as measured on the calls
     themselves (show_config's rope_prefetch_ahead, rope_one_head_per_call);
     each way, forced with _core._choice, gives the formula's bits in place
     and out of place, nothing written past out."""
@@ -960,8 +961,11 @@ def test_measured_choices_either_way_same_bits(rng, dtype, interleaved, layout):
     llc, seq = _past_the_cache(heads, d, dtype)
     if layout == "bhsd":
         x0 = rng.standard_normal((1, heads, seq, d)).astype(dtype)
-    else:
+    elif layout == "bshd":
         x0 = rng.standard_normal((1, seq, heads, d)).astype(dtype).transpose(0, 2, 1, 3)
+    else:
+        qkv = rng.standard_normal((1, seq, heads + 4, d)).astype(dtype)
+        x0 = qkv[:, :, :heads].transpose(0, 2, 1, 3)
     cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dtype, interleaved=interleaved)
     want = formula_bits(x0, cos, sin, interleaved)
     try:
@@ -975,7 +979,8 @@ def test_measured_choices_either_way_same_bits(rng, dtype, interleaved, layout):
             posemb.apply_rope(x0, cos, sin, interleaved=interleaved, out=out)
             np.testing.assert_array_equal(out, want)
             np.testing.assert_array_equal(buf[x0.size:], 7.0)
-            x = x0.copy()
+            x = (qkv.copy()[:, :, :heads].transpose(0, 2, 1, 3) if layout == "sliced"
+                 else x0.copy())
             posemb.apply_rope(x, cos, sin, interleaved=interleaved, out=x)
             np.testing.assert_array_equal(x, want)
     finally:
@@ -986,10 +991,11 @@ def test_measured_choices_are_measured_both_ways(rng):
     """Measuring (the default; _choice(-1) starts afresh): forced calls are
     not timed, the first trial takes way 0 (show_config: measuring), and
     within PE_CHOICE_TRIALS + PE_CHOICE_RECHECK calls of one kind (float32
-    in place beyond the cache, (b, h, s, d) memory and HF's transposed q)
-    both ways have run and been timed, and show_config reports the kind with
-    its verdict.  The
-    setting takes -1, 0, 1 or None only."""
+    in place beyond the cache: (b, h, s, d) memory, HF's transposed q, and
+    heads sliced from a fused projection, whose positions have gaps and so
+    a kind of their own) both ways have run and been timed, and show_config
+    reports the kind with its verdict; the sliced heads' calls leave HF's
+    kind as it was.  The setting takes -1, 0, 1 or None only."""
     heads, d = 8, 128
     _, seq = _past_the_cache(heads, d, np.float32)
     x = rng.standard_normal((1, heads, seq, d), dtype=np.float32)
@@ -1011,12 +1017,22 @@ def test_measured_choices_are_measured_both_ways(rng):
     for _ in range(8 + 17):
         posemb.apply_rope(xt, cos, sin, out=xt)
     kinds = _core._choice(None)[1]
-    for key, kind in (("rope_prefetch_ahead", 4 + 1),          # (in place, float32)
-                      ("rope_one_head_per_call", len(kinds) // 2 + 4 + 1)):
+    n = len(kinds) // 3                                  # kinds per decision
+    assert kinds[2 * n + 4 + 1] == (0, 0)                # no sliced heads yet
+    qkv = rng.standard_normal((1, seq, heads + 4, d), dtype=np.float32)
+    xs = qkv[:, :, :heads].transpose(0, 2, 1, 3)         # heads sliced: gaps
+    for _ in range(8 + 17):
+        posemb.apply_rope(xs, cos, sin, out=xs)
+    assert _core._choice(None)[1][n + 4 + 1] == kinds[n + 4 + 1]
+    kinds = _core._choice(None)[1]
+    for key, kind, where in (("rope_prefetch_ahead", 4 + 1, ""),   # (in place, float32)
+                             ("rope_one_head_per_call", n + 4 + 1, ""),
+                             ("rope_one_head_per_call", 2 * n + 4 + 1,
+                              ", positions with gaps")):
         without, with_ = kinds[kind]
         assert without > 0 and with_ > 0
         verdict = "yes" if with_ < without else "no"
-        assert f"float32 in place {verdict} ({with_} ps/{without} ps per byte" in \
+        assert f"float32 in place{where} {verdict} ({with_} ps/{without} ps per byte" in \
             posemb.show_config(print_=False)[key]
     for bad, err in ((2, ValueError), (-2, ValueError), (1 << 70, ValueError),
                      (True, TypeError), (0.0, TypeError), ("1", TypeError)):

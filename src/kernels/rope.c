@@ -1550,6 +1550,10 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
  * than 4) */
 #define ROPE_GROUP_BYTES 2048
 #define ROPE_GROUP_MAX 4
+/* the measured choices' kinds (pe_choice_way) per decision: one per dtype
+ * (4), in place or not; three decisions (see pe_rope_apply) */
+#define ROPE_CHOICE_KINDS 8
+_Static_assert(3 * ROPE_CHOICE_KINDS == PE_CHOICE_KINDS, "posemb.h's PE_CHOICE_KINDS");
 /* rows of x of at least this many bytes (float64 d = 128, float32 head size
  * 256, float16/bfloat16 d = 512) beyond the last-level cache: groups of
  * ROPE_GROUP_MAX heads, the pipelined in-place kernels (DEFINE_ROPE_PIPE),
@@ -2049,8 +2053,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              *   prefetched first (up to a quarter of L2), unless y streams;
              * - beyond it (one_head, where the measured choice
              *   job->choice_one says so: see pe_rope_apply), one head per
-             *   call, that head's row at the next position prefetched as
-             *   it starts.
+             *   call, that head's row at the next position prefetched into
+             *   L2 as it starts (see below).
              * Measured, 1 thread, Zen 5 EPYC, float32, all heads per call
              * against one head: (1, 32, 8192, 128) sliced heads of a fused
              * qkv into a new array 12.3 -> 6.3-7.2 ms (the contiguous call
@@ -2072,7 +2076,23 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * layout 53-71), s = 512 282-331 -> 211-225 us (HF's 250-321),
              * s = 2048 3.38-3.85 -> 2.33-2.71 ms; 1 or 4 KiB of the next
              * position, or the heads' part of it before each call of 8, 4
-             * or 2 heads, between the two. */
+             * or 2 heads, between the two.
+             * One head per call, the row prefetched into L1 (prefetcht0,
+             * as before) against L2 (prefetcht1), Zen 4 EPYC VM, 1
+             * thread, (1, 32, 8192, 128) float32, one head per call forced,
+             * settings alternated in one process, medians of 21 rounds:
+             * sliced heads of a fused qkv in place 12.97 -> 7.96 ms (the
+             * contiguous call 5.8-6.1), into a new array 16.16 -> 12.50
+             * ms, into (b, s, h, d) y 17.61 -> 15.29 ms; HF's transposed q
+             * in place 8.27 -> 6.87 ms, new array 13.42 -> 11.62; Meta's
+             * layout in place 8.27 -> 6.47, new array 13.84 -> 11.28.
+             * (A C read of the sliced heads' bytes alone, 16 of every 24
+             * KiB: 2.35x a dense read of as many bytes, 1.47x a read of the
+             * whole span, gaps included; with each line of the next
+             * position prefetched into L2 as the same line of this one is
+             * read 1.29x, into L1 2.22x, benchmarks/strided_read.c.)  The
+             * whole next position into L2 before each call of all heads
+             * was slower for HF's q (in place 7.2 -> 13.9 ms): not there. */
             const ptrdiff_t span = g->x_h > 0 && g->x_s > 0 && g->x_inner > 0
                                        ? (g->H - 1) * g->x_h + g->d * g->x_inner : 0;
             const ptrdiff_t ahead =
@@ -2100,7 +2120,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     L.x = x + q * g->x_h;
                     L.y = y + q * g->y_h;
                     if (k + 1 < rows)
-                        pe_prefetch(L.x + g->x_s, row);
+                        pe_prefetch_l2(L.x + g->x_s, row);
                     fn(&L);
                 }
             }
@@ -2633,6 +2653,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * per dtype, in place or not. */
         if (job.ahead > 0 && past_llc && g->x_inner == itemsize)
             job.choice = 4 * in_place + type;   /* (strided rows: nothing prefetched) */
+        /* (the kinds: ROPE_CHOICE_KINDS each for the grouped walk's
+         * prefetch, one head per call where positions lie together, and
+         * where they have gaps) */
     }
 #undef MAY_STAGE
 #undef MAY_STREAM
@@ -2649,10 +2672,18 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * in place 6.16-6.33 ms one head per call, 5.49-5.73 ms all heads (an
      * in-place scale 4.9-5.2), into a new array 11.0-11.1 against 8.8-9.0
      * ms, heads sliced from a fused qkv into a new array 14.3-14.4 against
-     * 14.3-14.9 ms: a measured choice there (pe_choice_way) */
+     * 14.3-14.9 ms: a measured choice there (pe_choice_way).  Positions
+     * with gaps between them (heads sliced from a fused projection) and
+     * without (HF's and Meta's layouts) are separate kinds: with the
+     * prefetch into L2, one head per call measured faster for the sliced
+     * heads (into a new array 12.5 against 16.2 ms, see the heads-inner
+     * walk) and slower for HF's q (11.6 against 10.5 ms), so one verdict
+     * for both was wrong for one of them. */
     job.one_head = past_llc;
-    if (past_llc && g->x_inner == itemsize)
-        job.choice_one = PE_CHOICE_KINDS / 2 + 4 * in_place + type;
+    if (past_llc && g->x_inner == itemsize) {
+        const int gaps = g->x_s > (g->H - 1) * g->x_h + g->d * itemsize;
+        job.choice_one = ROPE_CHOICE_KINDS * (1 + gaps) + 4 * in_place + type;
+    }
     /* the tile walk (see rope_grid_task) for the one-pass kernels where x
      * (and y, out of place) fit in a quarter of the last-level cache and y
      * is not streamed: tiles of table rows (cos and sin) filling a third
