@@ -348,8 +348,9 @@ def test_halfprec_long_rows_beyond_the_last_level_cache(rng, dtype, backward, he
     and 2 KiB (d = 1024: a group of 2 and one) beyond the last-level cache
     (read at run time), each position's rows of x and table rows prefetched
     first: into y 16 bytes past a line (realigned in registers, each head a
-    row behind the one before), into y 2 bytes off (plain stores) and in
-    place (float16: from float32 copies of the tables).  Every value the
+    row behind the one before), into y 2 bytes off (plain stores, or staged
+    where streaming needs whole lines) and in place (float16: from float32
+    copies of the tables).  Every value the
     float32 formula rounded once, x unchanged out of place, nothing written
     past y."""
     if dtype == "bfloat16":

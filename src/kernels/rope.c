@@ -1078,10 +1078,6 @@ DEFINE_HALFPREC_DUP_T(f16c_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STO
                       h % 8 == 0, f16_ft_dup_scalar_fwd, float, F32_LOAD8)
 DEFINE_HALFPREC_DUP_T(f16c_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STORE, back,
                       h % 8 == 0, f16_ft_dup_scalar_back, float, F32_LOAD8)
-DEFINE_HALFPREC_DUP_T(f16c_nt_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, fwd,
-                      h % 8 == 0, f16c_ft_dup_fwd, float, F32_LOAD8)
-DEFINE_HALFPREC_DUP_T(f16c_nt_ft, "avx2,f16c", _mm256, __m256, 8, F16_LOAD, F16_STREAM, back,
-                      h % 8 == 0, f16c_ft_dup_back, float, F32_LOAD8)
 
 /* interleaved: y = x*c + (swap(x) * s') with the even (fwd) or odd (back)
  * products negated, s' = s (fwd) or swap(s) (back): INTER_RESULT's maths */
@@ -1833,7 +1829,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
     const ptrdiff_t row = g->x_inner == job->itemsize ? g->d * job->itemsize : 0;
     /* bytes of each half table row the duplicated-table kernels read, and
      * the grouped walk's buffer for a block of them (both halves of a
-     * block's rows: at most half its table bytes, see grid_run) */
+     * block's rows: at most half its table bytes, see grid_run;
+     * float32 copies, job->pack_ft: all of them) */
     const ptrdiff_t hb = g->r / 2 * job->itemsize;
     /* ... and of each in the buffer (job->pack_ft: widened to float32) */
     const ptrdiff_t pb = job->pack_ft ? 2 * hb : hb;
@@ -2087,10 +2084,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              * in place 8.27 -> 6.87 ms, new array 13.42 -> 11.62; Meta's
              * layout in place 8.27 -> 6.47, new array 13.84 -> 11.28.
              * (A C read of the sliced heads' bytes alone, 16 of every 24
-             * KiB: 2.35x a dense read of as many bytes, 1.47x a read of the
-             * whole span, gaps included; with each line of the next
-             * position prefetched into L2 as the same line of this one is
-             * read 1.29x, into L1 2.22x, benchmarks/strided_read.c.)  The
+             * KiB: 2.35-2.61x a dense read of as many bytes, 1.47-1.55x a
+             * read of the whole span, gaps included; with each line of the
+             * next position prefetched into L2 as the same line of this
+             * one is read 1.13-1.29x, into L1 1.66-2.22x, in 3 runs of a
+             * first harness and benchmarks/strided_read.c.)  The
              * whole next position into L2 before each call of all heads
              * was slower for HF's q (in place 7.2 -> 13.9 ms): not there. */
             const ptrdiff_t span = g->x_h > 0 && g->x_s > 0 && g->x_inner > 0
@@ -2253,9 +2251,8 @@ static struct {
                              * in place beyond the last-level cache
                              * (DEFINE_ROPE_PIPE; NULL: none) */
     /* float16, half-split, the kernels of the float32 table copies
-     * (rope_grid_job.pack_ft; NULL: none): dup[back]'s, nt_half[0][back]'s */
+     * (rope_grid_job.pack_ft, in place; NULL: none): dup[back]'s */
     pe_rope_fn dup_ft[2];
-    pe_rope_fn nt_half_ft[2];
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -2267,7 +2264,7 @@ static struct {
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
     {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {{NULL}},
-    {NULL}, {NULL}};
+    {NULL}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2300,7 +2297,6 @@ const char *pe_rope_dispatch(int level)
     memset(rope_table.realign, 0, sizeof rope_table.realign);
     memset(rope_table.realign_hp, 0, sizeof rope_table.realign_hp);
     memset(rope_table.dup_ft, 0, sizeof rope_table.dup_ft);
-    memset(rope_table.nt_half_ft, 0, sizeof rope_table.nt_half_ft);
     rope_table.nt_align = 16;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {
@@ -2328,8 +2324,6 @@ const char *pe_rope_dispatch(int level)
             rope_table.nt_half[0][1] = f16c_nt_dup_back;
             rope_table.dup_ft[0] = f16c_ft_dup_fwd;
             rope_table.dup_ft[1] = f16c_ft_dup_back;
-            rope_table.nt_half_ft[0] = f16c_nt_ft_dup_fwd;
-            rope_table.nt_half_ft[1] = f16c_nt_ft_dup_back;
         }
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
         rope_table.dup[0][3] = bf16x16_dup_fwd;
@@ -2535,7 +2529,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * F16_STREAM); never whole lines: they write two heads' rows, both
          * halves, 16 bytes at a time */
         job.dup = rope_table.nt_half[type == 3][back];
-        job.dup_ft = type == 0 ? rope_table.nt_half_ft[back] : NULL;
+        job.dup_ft = NULL;   /* (out of place: see job.pack_ft) */
         job.streaming = 1;
         job.prefetch = 0;
     }
@@ -2661,10 +2655,10 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
 #undef MAY_STREAM
 #undef Y_ALIGNED
     job.pack = large && job.dup != NULL;   /* (see the grouped walk) */
-    /* float16: float32 copies where the walk's kernel has a version that
-     * reads them (see rows_duplicated); the realigning kernels keep the
-     * float16 tables */
-    job.pack_ft = job.pack && job.dup_ft != NULL && job.realign == NULL;
+    /* float16 in place: float32 copies where the walk's kernel has a
+     * version that reads them (see rows_duplicated; out of place measured
+     * even with the realigning kernels, not measured with the others) */
+    job.pack_ft = in_place && job.pack && job.dup_ft != NULL && job.realign == NULL;
     /* (see the heads-inner walk) beyond the last-level cache one head per
      * call measured faster on a Zen 5 EPYC, all heads per call on a Zen 4
      * VM: (1, 32, 8192, 128) float32, 1 thread, minima of 11, each way
@@ -2681,7 +2675,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * for both was wrong for one of them. */
     job.one_head = past_llc;
     if (past_llc && g->x_inner == itemsize) {
-        const int gaps = g->x_s > (g->H - 1) * g->x_h + g->d * itemsize;
+        const ptrdiff_t as = g->x_s < 0 ? -g->x_s : g->x_s, ah = g->x_h < 0 ? -g->x_h : g->x_h;
+        const int gaps = as > (g->H - 1) * ah + g->d * itemsize;   /* (either direction) */
         job.choice_one = ROPE_CHOICE_KINDS * (1 + gaps) + 4 * in_place + type;
     }
     /* the tile walk (see rope_grid_task) for the one-pass kernels where x
