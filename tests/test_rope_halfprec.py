@@ -272,7 +272,7 @@ def test_halfprec_tables_of_any_values_at_every_width(rng, dtype, interleaved, b
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120", "r40"])
+@pytest.mark.parametrize("case", ["dup", "mixed", "partial", "r120", "r112", "r40"])
 @pytest.mark.parametrize("offset", [0, 16, 2])
 def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, offset,
                                                   partial_lines):
@@ -280,8 +280,9 @@ def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, of
     pages in memory): streaming stores where out's rows lie on 16 bytes
     (offset 0, 16: NumPy's own arrays start 16 bytes past a line) and h is a
     multiple of 8 (not for r = 120, 40), plain stores otherwise; the
-    duplicated-table kernels (16 wide where h allows, 8, or one value at a
-    time), and half-split blocks whose tables are not duplicated take the
+    duplicated-table kernels (16 wide where h allows, 8 (r = 112: h = 56),
+    or one value at a time; float16 in place from float32 copies of the
+    tables), and half-split blocks whose tables are not duplicated take the
     full kernel.  Every value the float32 formula rounded once, 3 heads (a
     pair sharing each table row and one more), nothing written past out;
     in place the same bits."""
@@ -290,7 +291,7 @@ def test_halfprec_large_out_of_place_and_in_place(rng, dtype, backward, case, of
     else:
         dt = np.dtype(np.float16)
     x = _hard_values(rng, (1, 3, 8192, 128)).astype(np.float32).astype(dt)   # 6 MiB
-    r = {"partial": 64, "r120": 120, "r40": 40}.get(case, 128)
+    r = {"partial": 64, "r120": 120, "r112": 112, "r40": 40}.get(case, 128)
     cos, sin = posemb.rope_cos_sin(np.arange(8192), r, dtype=dt)
     if case == "mixed":
         cos[5000, 0] = 0.5                                          # one block not duplicated
