@@ -876,6 +876,163 @@ DEFINE_ROPE_PIPE(back, float, f32, ps, __m512, 16)
 DEFINE_ROPE_PIPE(fwd, double, f64, pd, __m512d, 8)
 DEFINE_ROPE_PIPE(back, double, f64, pd, __m512d, 8)
 
+/*
+ * The tile walk's half-split rows (two heads sharing a tile's table rows,
+ * one call) where x lies past a line by other than a multiple of 32 bytes
+ * (NumPy's arrays of a few MiB start 16 bytes past one): every 64-byte
+ * load and store of the kernels above then spans two lines.  Here each
+ * head's rows of the tile, which lie one after another, are read and
+ * written as whole lines: a row's vector j is made from its lines j and
+ * j + 1 (vpermt2ps by the offset o, in lanes), and each line written holds
+ * the last o values of the result vector before it and the first W - o of
+ * this one; the line a row shares with the next is written with the next
+ * row (the last result vector carried), the tile's first and last lines
+ * with masks (their other lanes belong to the rows before and after,
+ * perhaps to another thread's tile).  Every line is read before it is
+ * written, so in place is safe.  The tables are tile_tables' copies (the
+ * first halves of HF's duplicated rows) on lines.  The same operations as
+ * the kernels above, so the same bits.  Measured, Zen 4 EPYC VM, 1 thread,
+ * through apply_rope, the two kernels alternated in one process (medians
+ * of 15-21 rounds of 40 calls, each call over an in-place scale of as many
+ * bytes timed just before it), x 16 bytes past a line, in place, HF's
+ * tables: float32 (1, 32, 128, 128) 50.4-52.4 -> 44.3-45.6 us (1.81-1.84x
+ * -> 1.60-1.62x the scale; x on a line: 37.0-37.4 us), (1, 32, 256, 128)
+ * 98.7 -> 90.7 us, (1, 8, 128, 128) 23.6 -> 21.7 us, 48 bytes past a line
+ * 49.4 -> 45.2 us, d = 64 (1, 32, 256, 64) 51.4 -> 45.8 us; float64 d =
+ * 64 (1, 32, 128, 64) 52.5 -> 45.5 us; 2 threads, (1, 32, 384, 128) 2.00x
+ * -> 1.68x.  Out of place into y at x's offset: even ((1, 32, 128, 128):
+ * 1.29x and 1.30x a copy in one run, 1.60x and 1.63x in another).  Not taken: rows of 8 vectors (float32
+ * d = 256: 61.7 -> 73.4 us; float64 d = 128: 62.7 -> 74.0 us), x 32 bytes
+ * past a line (40.4 -> 44.9 us: Zen 4 runs a 64-byte load as two 32-byte
+ * halves, neither split there).  A first version with the row's step
+ * count not a constant (branches and moves in the loop) was 33% slower
+ * than the kernels above.  Other calls go to rope_one_avx512f.
+ */
+/* head A's part of step j of row p (DEFINE_ROPE_LINES) */
+#define LINES_STEP(DIR, S, V, A)                                              \
+    {                                                                         \
+        const V lo_next = _mm512_loadu_##S(xa##A + (j + 1) * W);              \
+        const V hi_next = p == m - 1 && j == hv - 1                           \
+            ? _mm512_maskz_loadu_##S(last, xa##A + 2 * h)                     \
+            : _mm512_loadu_##S(xa##A + h + (j + 1) * W);                      \
+        const V xl = _mm512_permutex2var_##S(lo_line##A, in_idx, lo_next);    \
+        const V xh = _mm512_permutex2var_##S(hi_line##A, in_idx, hi_next);    \
+        const V rl = VLO(_mm512, S, DIR, xl, xh, cv, sv);                     \
+        const V rh = VHI(_mm512, S, DIR, xl, xh, cv, sv);                     \
+        const V ol = _mm512_permutex2var_##S(lo_prev##A, out_idx, rl);        \
+        if (p == 0 && j == 0)                                                 \
+            _mm512_mask_storeu_##S(ya##A, first, ol);                         \
+        else                                                                  \
+            _mm512_storeu_##S(ya##A + j * W, ol);                             \
+        if (j == 0)                                                           \
+            hi_first##A = rh;                                                 \
+        else                                                                  \
+            _mm512_storeu_##S(ya##A + h + j * W,                              \
+                              _mm512_permutex2var_##S(hi_prev##A, out_idx, rh)); \
+        lo_prev##A = rl;                                                      \
+        hi_prev##A = rh;                                                      \
+        lo_line##A = lo_next;                                                 \
+        hi_line##A = hi_next;                                                 \
+    }
+/* head A's row start, row end, and end of its rows */
+#define LINES_ROW_START(S, V, A)                                              \
+    V lo_line##A = line##A, hi_line##A = _mm512_loadu_##S(xa##A + h);         \
+    V lo_prev##A = carry##A, hi_prev##A = carry##A, hi_first##A = carry##A;
+#define LINES_ROW_END(S, A)                                                   \
+    _mm512_storeu_##S(ya##A + h, _mm512_permutex2var_##S(lo_prev##A, out_idx, hi_first##A)); \
+    carry##A = hi_prev##A;                                                    \
+    line##A = hi_line##A;                                                     \
+    xa##A += 2 * h;                                                           \
+    ya##A += 2 * h;
+#define LINES_HEAD(T, S, V, A, K)                                              \
+    const T *xa##A = (const T *)(const void *)(L->x + (K) * L->x_step) - o;   \
+    T *ya##A = (T *)(void *)(L->y + (K) * L->y_step) - o;                     \
+    V line##A = _mm512_maskz_loadu_##S(first, xa##A);   /* row 0's line 0 */  \
+    V carry##A = _mm512_setzero_##S();   /* the row before's last result */
+#define LINES_HEAD_END(S, A)                                                  \
+    /* the last row's last o values, in the line the next row begins */      \
+    _mm512_mask_storeu_##S(ya##A, last, _mm512_permutex2var_##S(carry##A, out_idx, carry##A));
+#define DEFINE_ROPE_LINES(DIR, T, SUF, S, V, W_, MASK)                        \
+__attribute__((target("avx512f"), always_inline))                             \
+static inline void rope_lines_rows_##DIR##_##SUF(const pe_rope_loop *L, ptrdiff_t o,  \
+        ptrdiff_t hv, __m512i in_idx, __m512i out_idx, MASK first, MASK last) \
+{                                                                             \
+    enum { W = W_ };                                                          \
+    const ptrdiff_t h = hv * W, m = L->m > 1 ? L->m : 1;                      \
+    ptrdiff_t k = 0;                                                          \
+    for (; k + 2 <= L->n; k += 2) {     /* two heads, sharing table loads */  \
+        LINES_HEAD(T, S, V, 0, k)                                             \
+        LINES_HEAD(T, S, V, 1, k + 1)                                         \
+        const char *cg = L->cos, *sg = L->sin;                                \
+        for (ptrdiff_t p = 0; p < m; p++, cg += L->cos_outer, sg += L->sin_outer) { \
+            const T *c = (const T *)(const void *)cg;                         \
+            const T *s = (const T *)(const void *)sg;                         \
+            LINES_ROW_START(S, V, 0)                                          \
+            LINES_ROW_START(S, V, 1)                                          \
+            for (ptrdiff_t j = 0; j < hv; j++) {                              \
+                const V cv = _mm512_load_##S(c + j * W), sv = _mm512_load_##S(s + j * W); \
+                LINES_STEP(DIR, S, V, 0)                                      \
+                LINES_STEP(DIR, S, V, 1)                                      \
+            }                                                                 \
+            LINES_ROW_END(S, 0)                                               \
+            LINES_ROW_END(S, 1)                                               \
+        }                                                                     \
+        LINES_HEAD_END(S, 0)                                                  \
+        LINES_HEAD_END(S, 1)                                                  \
+    }                                                                         \
+    for (; k < L->n; k++) {                                                   \
+        LINES_HEAD(T, S, V, 0, k)                                             \
+        const char *cg = L->cos, *sg = L->sin;                                \
+        for (ptrdiff_t p = 0; p < m; p++, cg += L->cos_outer, sg += L->sin_outer) { \
+            const T *c = (const T *)(const void *)cg;                         \
+            const T *s = (const T *)(const void *)sg;                         \
+            LINES_ROW_START(S, V, 0)                                          \
+            for (ptrdiff_t j = 0; j < hv; j++) {                              \
+                const V cv = _mm512_load_##S(c + j * W), sv = _mm512_load_##S(s + j * W); \
+                LINES_STEP(DIR, S, V, 0)                                      \
+            }                                                                 \
+            LINES_ROW_END(S, 0)                                               \
+        }                                                                     \
+        LINES_HEAD_END(S, 0)                                                  \
+    }                                                                         \
+}                                                                             \
+__attribute__((target("avx512f")))                                            \
+static void rope_lines_avx512f_##DIR##_##SUF(const pe_rope_loop *L)           \
+{                                                                             \
+    enum { W = W_ };                                                          \
+    const ptrdiff_t h = L->r / 2, sz = (ptrdiff_t)sizeof(T);                  \
+    const ptrdiff_t o = (ptrdiff_t)(((uintptr_t)L->x & 63u) / sizeof(T));     \
+    if (L->cos_step != 0 || L->sin_step != 0 || L->r != L->d || h % W != 0 || \
+        h == 0 || L->x_outer != L->d * sz || L->y_outer != L->d * sz ||       \
+        L->x_inner != sz || L->y_inner != sz || L->cos_inner != sz ||         \
+        L->sin_inner != sz || ((uintptr_t)L->x & (sizeof(T) - 1)) != 0 ||     \
+        ((uintptr_t)L->x & 31u) == 0 || (h != 2 * W && h != 4 * W) ||          \
+        (((uintptr_t)L->x - (uintptr_t)L->y) & 63u) != 0 ||                    \
+        L->x_step % 64 != 0 || L->y_step % 64 != 0 ||                         \
+        ((uintptr_t)L->cos & 63u) != 0 || ((uintptr_t)L->sin & 63u) != 0 ||   \
+        L->cos_outer % 64 != 0 || L->sin_outer % 64 != 0) {                   \
+        rope_one_avx512f_##DIR##_##SUF(L);                                    \
+        return;                                                               \
+    }                                                                         \
+    const ptrdiff_t hv = h / W;                                              \
+    const __m512i in_idx = LINES_INDEX_##S(o);        /* lane i: i + o */     \
+    const __m512i out_idx = LINES_INDEX_##S(W - o);   /* lane i: i + W - o */ \
+    const MASK first = (MASK)(((1u << W) - 1u) << o), last = (MASK)((1u << o) - 1u); \
+    if (hv == 2)        /* (constant counts: the steps unrolled, no branches) */ \
+        rope_lines_rows_##DIR##_##SUF(L, o, 2, in_idx, out_idx, first, last);  \
+    else                                                                      \
+        rope_lines_rows_##DIR##_##SUF(L, o, 4, in_idx, out_idx, first, last);  \
+}
+#define LINES_INDEX_ps(a)                                                     \
+    _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), \
+                     _mm512_set1_epi32((int)(a)))
+#define LINES_INDEX_pd(a)                                                     \
+    _mm512_add_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64((long long)(a)))
+DEFINE_ROPE_LINES(fwd, float, f32, ps, __m512, 16, __mmask16)
+DEFINE_ROPE_LINES(back, float, f32, ps, __m512, 16, __mmask16)
+DEFINE_ROPE_LINES(fwd, double, f64, pd, __m512d, 8, __mmask8)
+DEFINE_ROPE_LINES(back, double, f64, pd, __m512d, 8, __mmask8)
+
 /* [interleaved][back][f64] */
 static const pe_rope_fn rope_one_avx512[2][2][2] = {
     {{rope_one_avx512f_fwd_f32, rope_one_avx512f_fwd_f64},
@@ -1604,6 +1761,9 @@ typedef struct {
                           * the half rows (rows_duplicated) and runs dup_ft,
                           * which reads them, in place of dup */
     pe_rope_fn dup_ft;
+    pe_rope_fn lines;    /* the tile walk's kernel for duplicated tables where
+                          * its table rows were copied onto lines (x past a
+                          * line: rope_lines_avx512f_fwd_f32), or NULL */
 } rope_grid_job;
 
 /* the grouped walk's position k: the n rows of x (row bytes each) of heads
@@ -1726,6 +1886,8 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
                 L->cos = dst;
         }
         L->cos_outer = L->sin_outer = stride;
+        if (dup && job->lines != NULL)
+            return job->lines;
     }
     return job->tiled;
 }
@@ -2253,6 +2415,8 @@ static struct {
     /* float16, half-split, the kernels of the float32 table copies
      * (rope_grid_job.pack_ft, in place; NULL: none): dup[back]'s */
     pe_rope_fn dup_ft[2];
+    pe_rope_fn lines[2][2];  /* [f64][back]: the tile walk's half-split rows
+                              * past a line (DEFINE_ROPE_LINES; NULL: none) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -2264,7 +2428,7 @@ static struct {
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
     {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {{NULL}},
-    {NULL}};
+    {NULL}, {{NULL}}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2297,6 +2461,7 @@ const char *pe_rope_dispatch(int level)
     memset(rope_table.realign, 0, sizeof rope_table.realign);
     memset(rope_table.realign_hp, 0, sizeof rope_table.realign_hp);
     memset(rope_table.dup_ft, 0, sizeof rope_table.dup_ft);
+    memset(rope_table.lines, 0, sizeof rope_table.lines);
     rope_table.nt_align = 16;
 #if defined(PE_X86_SIMD)
     if (level >= PE_CPU_AVX2) {
@@ -2359,6 +2524,10 @@ const char *pe_rope_dispatch(int level)
                 {rope_pipe_avx512f_fwd_f32, rope_pipe_avx512f_back_f32},
                 {rope_pipe_avx512f_fwd_f64, rope_pipe_avx512f_back_f64}};
             memcpy(rope_table.pipe, pipe, sizeof pipe);
+            static const pe_rope_fn lines[2][2] = {
+                {rope_lines_avx512f_fwd_f32, rope_lines_avx512f_back_f32},
+                {rope_lines_avx512f_fwd_f64, rope_lines_avx512f_back_f64}};
+            memcpy(rope_table.lines, lines, sizeof lines);
             static const pe_rope_fn bf16_wide[2][2][2] = {
                 {{bf16x32_half_fwd, bf16x32_half_back}, {bf16x32_inter_fwd, bf16x32_inter_back}},
                 {{bf16x32c_half_fwd, bf16x32c_half_back},
@@ -2417,7 +2586,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
                          itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1, 0,
-                         0, NULL};
+                         0, NULL, NULL};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors, group_bytes = ROPE_GROUP_BYTES;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2687,6 +2856,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         g->B * g->H * g->S <= llc_vectors / 4) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
+        if (!inter && (type == 1 || type == 2) &&
+            job.tiled == rope_table.one[0][back][type == 2][2])
+            job.lines = rope_table.lines[type == 2][back];
     } else {
         job.tiled = NULL;
     }
