@@ -900,7 +900,8 @@ def test_kernels_every_alignment(rng, dtype, backward, interleaved, heads):
                                       (np.float32, 256), (np.float64, 128)])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads):
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads, interleaved):
     """Arrays within a quarter of the last-level cache in (b, h, s, d)
     memory go in tiles of positions, two heads at a time; where x lies past
     a line by other than a multiple of 32 bytes (NumPy's arrays of a few
@@ -911,7 +912,9 @@ def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads):
     another thread's).  Every element offset, in place and into an out at
     the same offset and at another, 9 heads (four pairs and one alone), 37
     positions (a partial tile), and at 2 threads 3-6 MiB (tiles split
-    between the threads): the formula's bits, nothing written outside."""
+    between the threads): the formula's bits, nothing written outside.
+    Interleaved rows alike, whose pairs' values are neighbours: each head's
+    rows a run of whole lines, the tables placed at x's offset."""
     itemsize = np.dtype(dtype).itemsize
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     seqs = [37] + ([(6 << 20) // (32 * d * itemsize) - 3] if threads == 2 else [])
@@ -921,27 +924,28 @@ def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads):
         for seq in seqs:
             heads = 9 if seq == 37 else 32
             x = rng.standard_normal((1, heads, seq, d)).astype(dtype)
-            cos, sin = posemb.rope_cos_sin(np.arange(seq) + 5, d, dtype=dtype)
-            want = formula_bits(x, cos, sin, backward=backward)
+            cos, sin = posemb.rope_cos_sin(np.arange(seq) + 5, d, dtype=dtype,
+                                           interleaved=interleaved)
+            want = formula_bits(x, cos, sin, interleaved, backward)
             offsets = range(0, 64, itemsize) if seq == 37 else (16, 48, 4 * (dtype == np.float32))
             for offset in offsets:
                 big = _aligned_empty((x.size + 32,), dtype, offset)
                 big[:] = 7.0
                 xi = big[16:16 + x.size].reshape(x.shape)    # (16 values on: the same offset)
                 xi[...] = x
-                assert fn(xi, cos, sin, out=xi) is xi
+                assert fn(xi, cos, sin, interleaved=interleaved, out=xi) is xi
                 np.testing.assert_array_equal(xi, want, err_msg=f"offset={offset} seq={seq}")
                 np.testing.assert_array_equal(big[:16], 7.0)
                 np.testing.assert_array_equal(big[16 + x.size:], 7.0)
                 big[:] = 7.0
-                fn(x, cos, sin, out=xi)
+                fn(x, cos, sin, interleaved=interleaved, out=xi)
                 np.testing.assert_array_equal(xi, want, err_msg=f"offset={offset} seq={seq}")
                 np.testing.assert_array_equal(big[:16], 7.0)
                 np.testing.assert_array_equal(big[16 + x.size:], 7.0)
                 xo = _aligned_empty(x.shape, dtype, offset)
                 xo[...] = x
                 other = _aligned_empty(x.shape, dtype, (offset + 16) % 64)
-                fn(xo, cos, sin, out=other)
+                fn(xo, cos, sin, interleaved=interleaved, out=other)
                 np.testing.assert_array_equal(other, want, err_msg=f"offset={offset} seq={seq}")
     finally:
         posemb.set_num_threads(old_threads)

@@ -1033,6 +1033,98 @@ DEFINE_ROPE_LINES(back, float, f32, ps, __m512, 16, __mmask16)
 DEFINE_ROPE_LINES(fwd, double, f64, pd, __m512d, 8, __mmask8)
 DEFINE_ROPE_LINES(back, double, f64, pd, __m512d, 8, __mmask8)
 
+/*
+ * The tile walk's interleaved rows where x lies 16 or 48 bytes past a line
+ * (as DEFINE_ROPE_LINES for half-split rows): a pair's two values are
+ * neighbours, so each head's rows of the tile, one after another, are a
+ * run of whole lines whose lanes meet the same lanes of the tables' rows,
+ * which tile_tables placed at x's offset within a line for it.  The
+ * run's first and last lines, shared with the rows before and after, are
+ * read and written with masks.  The same operations as inter_one, so the
+ * same bits.  Measured, Zen 4 EPYC VM, 1 thread, through apply_rope, the
+ * two kernels alternated in one process (medians of 15-21 rounds of 40
+ * calls, each over an in-place scale timed just before it), x 16 bytes
+ * past a line, in place: float32 (1, 32, 128, 128) 51.4-54.5 -> 41.0-42.0
+ * us (1.87x -> 1.50-1.51x the scale), 48 bytes past 51.3 -> 41.7 us,
+ * (1, 32, 256, 128) 103.9 -> 82.5 us, d = 256 (1, 32, 64, 256) 51.7 ->
+ * 41.0 us; float64 (1, 32, 64, 128) 52.4 -> 41.5 us; 2 threads (1, 32,
+ * 384, 128) 106.7 -> 83.5 us; out of place into y at x's offset 65.6 ->
+ * 61.7 us (1.44x -> 1.36x a copy).  x 32 bytes past a line keeps
+ * inter_one (43.8 us, as x on a line: no split halves on Zen 4).  Other
+ * calls go to inter_one.
+ */
+#define DEFINE_INTER_LINES(DIR, T, SUF, S, V, W_, MASK)                       \
+__attribute__((target("avx512f,avx512dq")))                                   \
+static void inter_lines_avx512dq_##DIR##_##SUF(const pe_rope_loop *L)         \
+{                                                                             \
+    enum { W = W_ };                                                          \
+    const ptrdiff_t sz = (ptrdiff_t)sizeof(T), row = L->d * sz;               \
+    const uintptr_t xo = (uintptr_t)L->x & 63u;                               \
+    const ptrdiff_t o = (ptrdiff_t)(xo / sizeof(T));                          \
+    if (L->cos_step != 0 || L->sin_step != 0 || L->r != L->d || row % 64 != 0 || \
+        L->x_outer != row || L->y_outer != row || L->cos_outer != row ||      \
+        L->sin_outer != row || L->x_inner != sz || L->y_inner != sz ||        \
+        L->cos_inner != sz || L->sin_inner != sz || (xo & 31u) == 0 ||        \
+        xo % (2 * sizeof(T)) != 0 || (((uintptr_t)L->y & 63u) != xo) ||       \
+        (((uintptr_t)L->cos & 63u) != xo) || (((uintptr_t)L->sin & 63u) != xo) || \
+        L->x_step % 64 != 0 || L->y_step % 64 != 0) {                         \
+        inter_one_avx512dq_##DIR##_##SUF(L);                                  \
+        return;                                                               \
+    }                                                                         \
+    const ptrdiff_t lines = (L->m > 1 ? L->m : 1) * L->d / W;  /* + 1 */      \
+    const MASK first = (MASK)(((1u << W) - 1u) << o), last = (MASK)((1u << o) - 1u); \
+    const V sign = _mm512_loadu_##S(inter_sign_##DIR##_##SUF);                \
+    const T *c = (const T *)(const void *)L->cos - o;                         \
+    const T *s = (const T *)(const void *)L->sin - o;                         \
+    ptrdiff_t k = 0;                                                          \
+    for (; k + 2 <= L->n; k += 2) {     /* two heads, sharing table loads */  \
+        const T *xa = (const T *)(const void *)(L->x + k * L->x_step) - o;    \
+        const T *xb = (const T *)(const void *)(L->x + (k + 1) * L->x_step) - o; \
+        T *ya = (T *)(void *)(L->y + k * L->y_step) - o;                      \
+        T *yb = (T *)(void *)(L->y + (k + 1) * L->y_step) - o;                \
+        {                                                                     \
+            const V cv = _mm512_maskz_loadu_##S(first, c);                    \
+            const V tsv = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(first, s)); \
+            _mm512_mask_storeu_##S(ya, first, INTER_ROT(_mm512, S,             \
+                _mm512_maskz_loadu_##S(first, xa), cv, tsv, sign));            \
+            _mm512_mask_storeu_##S(yb, first, INTER_ROT(_mm512, S,             \
+                _mm512_maskz_loadu_##S(first, xb), cv, tsv, sign));            \
+        }                                                                     \
+        for (ptrdiff_t t = 1; t < lines; t++) {                               \
+            const V cv = _mm512_loadu_##S(c + t * W);                         \
+            const V tsv = TSIN_##DIR(_mm512, S, _mm512_loadu_##S(s + t * W)); \
+            V xv = _mm512_loadu_##S(xa + t * W), xv2 = _mm512_loadu_##S(xb + t * W); \
+            __asm__("" : "+v"(xv), "+v"(xv2));                                \
+            _mm512_storeu_##S(ya + t * W, INTER_ROT(_mm512, S, xv, cv, tsv, sign)); \
+            _mm512_storeu_##S(yb + t * W, INTER_ROT(_mm512, S, xv2, cv, tsv, sign)); \
+        }                                                                     \
+        {                                                                     \
+            const ptrdiff_t e = lines * W;                                    \
+            const V cv = _mm512_maskz_loadu_##S(last, c + e);                 \
+            const V tsv = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(last, s + e)); \
+            _mm512_mask_storeu_##S(ya + e, last, INTER_ROT(_mm512, S,          \
+                _mm512_maskz_loadu_##S(last, xa + e), cv, tsv, sign));         \
+            _mm512_mask_storeu_##S(yb + e, last, INTER_ROT(_mm512, S,          \
+                _mm512_maskz_loadu_##S(last, xb + e), cv, tsv, sign));         \
+        }                                                                     \
+    }                                                                         \
+    for (; k < L->n; k++) {                                                   \
+        const T *xa = (const T *)(const void *)(L->x + k * L->x_step) - o;    \
+        T *ya = (T *)(void *)(L->y + k * L->y_step) - o;                      \
+        for (ptrdiff_t t = 0; t <= lines; t++) {                              \
+            const MASK mk = t == 0 ? first : t == lines ? last : (MASK)((1u << W) - 1u); \
+            const V cv = _mm512_maskz_loadu_##S(mk, c + t * W);               \
+            const V tsv = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(mk, s + t * W)); \
+            _mm512_mask_storeu_##S(ya + t * W, mk, INTER_ROT(_mm512, S,        \
+                _mm512_maskz_loadu_##S(mk, xa + t * W), cv, tsv, sign));       \
+        }                                                                     \
+    }                                                                         \
+}
+DEFINE_INTER_LINES(fwd, float, f32, ps, __m512, 16, __mmask16)
+DEFINE_INTER_LINES(back, float, f32, ps, __m512, 16, __mmask16)
+DEFINE_INTER_LINES(fwd, double, f64, pd, __m512d, 8, __mmask8)
+DEFINE_INTER_LINES(back, double, f64, pd, __m512d, 8, __mmask8)
+
 /* [interleaved][back][f64] */
 static const pe_rope_fn rope_one_avx512[2][2][2] = {
     {{rope_one_avx512f_fwd_f32, rope_one_avx512f_fwd_f64},
@@ -1876,8 +1968,9 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
         for (int t = 0; t < 2; t++) {
             const char *tab = t ? L->sin : L->cos;
             const ptrdiff_t step = t ? g->sin_s : g->cos_s;
-            /* buf[t] + s on a line, s = y0 + 2048 in bits 0-11 */
-            const uintptr_t want = ((uintptr_t)y0 + 2048) & 4032u;
+            /* buf[t] + s on a line, s = y0 + 2048 in bits 0-11 (for
+             * inter_lines: at y0's offset within a line) */
+            const uintptr_t want = ((uintptr_t)y0 + 2048) & (dup || job->lines == NULL ? 4032u : 4095u);
             char *dst = buf[t] + ((want - ((uintptr_t)buf[t] & 4095u)) & 4095u);
             copy_rows(dst, stride, tab, step, L->m, used);
             if (t)
@@ -1886,7 +1979,7 @@ static pe_rope_fn tile_tables(const rope_grid_job *job, pe_rope_loop *L, ptrdiff
                 L->cos = dst;
         }
         L->cos_outer = L->sin_outer = stride;
-        if (dup && job->lines != NULL)
+        if (job->lines != NULL)
             return job->lines;
     }
     return job->tiled;
@@ -2415,8 +2508,9 @@ static struct {
     /* float16, half-split, the kernels of the float32 table copies
      * (rope_grid_job.pack_ft, in place; NULL: none): dup[back]'s */
     pe_rope_fn dup_ft[2];
-    pe_rope_fn lines[2][2];  /* [f64][back]: the tile walk's half-split rows
-                              * past a line (DEFINE_ROPE_LINES; NULL: none) */
+    pe_rope_fn lines[2][2][2];  /* [interleaved][f64][back]: the tile walk's
+                                 * rows past a line (DEFINE_ROPE_LINES,
+                                 * DEFINE_INTER_LINES; NULL: none) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
@@ -2428,7 +2522,7 @@ static struct {
     {{NULL, rope_dup_fwd_f32, rope_dup_fwd_f64, NULL},
      {NULL, rope_dup_back_f32, rope_dup_back_f64, NULL}},
     {{{{NULL}}}}, {{{{NULL}}}}, {{NULL}}, 16, {{{NULL}}}, {{{NULL}}}, {{NULL}},
-    {NULL}, {{NULL}}};
+    {NULL}, {{{NULL}}}};
 
 const char *pe_rope_dispatch(int level)
 {
@@ -2524,9 +2618,11 @@ const char *pe_rope_dispatch(int level)
                 {rope_pipe_avx512f_fwd_f32, rope_pipe_avx512f_back_f32},
                 {rope_pipe_avx512f_fwd_f64, rope_pipe_avx512f_back_f64}};
             memcpy(rope_table.pipe, pipe, sizeof pipe);
-            static const pe_rope_fn lines[2][2] = {
-                {rope_lines_avx512f_fwd_f32, rope_lines_avx512f_back_f32},
-                {rope_lines_avx512f_fwd_f64, rope_lines_avx512f_back_f64}};
+            static const pe_rope_fn lines[2][2][2] = {
+                {{rope_lines_avx512f_fwd_f32, rope_lines_avx512f_back_f32},
+                 {rope_lines_avx512f_fwd_f64, rope_lines_avx512f_back_f64}},
+                {{inter_lines_avx512dq_fwd_f32, inter_lines_avx512dq_back_f32},
+                 {inter_lines_avx512dq_fwd_f64, inter_lines_avx512dq_back_f64}}};
             memcpy(rope_table.lines, lines, sizeof lines);
             static const pe_rope_fn bf16_wide[2][2][2] = {
                 {{bf16x32_half_fwd, bf16x32_half_back}, {bf16x32_inter_fwd, bf16x32_inter_back}},
@@ -2856,9 +2952,9 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         g->B * g->H * g->S <= llc_vectors / 4) {
         const ptrdiff_t tile = pe_cache_l1_bytes() / 3 / (2 * g->r * itemsize);
         job.tile = tile > 1 ? tile : 1;
-        if (!inter && (type == 1 || type == 2) &&
-            job.tiled == rope_table.one[0][back][type == 2][2])
-            job.lines = rope_table.lines[type == 2][back];
+        if ((type == 1 || type == 2) &&
+            job.tiled == rope_table.one[inter][back][type == 2][2])
+            job.lines = rope_table.lines[inter][type == 2][back];
     } else {
         job.tiled = NULL;
     }
