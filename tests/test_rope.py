@@ -938,7 +938,9 @@ def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads, interleave
                 np.testing.assert_array_equal(big[:16], 7.0)
                 np.testing.assert_array_equal(big[16 + x.size:], 7.0)
                 big[:] = 7.0
-                fn(x, cos, sin, interleaved=interleaved, out=xi)
+                xs = _aligned_empty(x.shape, dtype, offset)    # x at out's offset
+                xs[...] = x
+                fn(xs, cos, sin, interleaved=interleaved, out=xi)
                 np.testing.assert_array_equal(xi, want, err_msg=f"offset={offset} seq={seq}")
                 np.testing.assert_array_equal(big[:16], 7.0)
                 np.testing.assert_array_equal(big[16 + x.size:], 7.0)

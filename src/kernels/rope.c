@@ -883,7 +883,7 @@ DEFINE_ROPE_PIPE(back, double, f64, pd, __m512d, 8)
  * load and store of the kernels above then spans two lines.  Here each
  * head's rows of the tile, which lie one after another, are read and
  * written as whole lines: a row's vector j is made from its lines j and
- * j + 1 (vpermt2ps by the offset o, in lanes), and each line written holds
+ * j + 1 (vpermt2ps / vpermt2pd by the offset o, in lanes), and each line written holds
  * the last o values of the result vector before it and the first W - o of
  * this one; the line a row shares with the next is written with the next
  * row (the last result vector carried), the tile's first and last lines
@@ -1002,8 +1002,8 @@ static void rope_lines_avx512f_##DIR##_##SUF(const pe_rope_loop *L)           \
     enum { W = W_ };                                                          \
     const ptrdiff_t h = L->r / 2, sz = (ptrdiff_t)sizeof(T);                  \
     const ptrdiff_t o = (ptrdiff_t)(((uintptr_t)L->x & 63u) / sizeof(T));     \
-    if (L->cos_step != 0 || L->sin_step != 0 || L->r != L->d || h % W != 0 || \
-        h == 0 || L->x_outer != L->d * sz || L->y_outer != L->d * sz ||       \
+    if (L->cos_step != 0 || L->sin_step != 0 || L->r != L->d ||                \
+        L->x_outer != L->d * sz || L->y_outer != L->d * sz ||       \
         L->x_inner != sz || L->y_inner != sz || L->cos_inner != sz ||         \
         L->sin_inner != sz || ((uintptr_t)L->x & (sizeof(T) - 1)) != 0 ||     \
         ((uintptr_t)L->x & 31u) == 0 || (h != 2 * W && h != 4 * W) ||          \
