@@ -908,6 +908,9 @@ DEFINE_ROPE_PIPE(back, double, f64, pd, __m512d, 8)
  * count not a constant (branches and moves in the loop) was 33% slower
  * than the kernels above.  Other calls go to rope_one_avx512f.
  */
+/* a run's first line's lanes (those at and past x's offset o) and its last's */
+#define LINES_MASKS(MASK, W, o)                                               \
+    const MASK first = (MASK)(((1u << (W)) - 1u) << (o)), last = (MASK)((1u << (o)) - 1u);
 /* head A's part of step j of row p (DEFINE_ROPE_LINES) */
 #define LINES_STEP(DIR, S, V, A)                                              \
     {                                                                         \
@@ -1017,7 +1020,7 @@ static void rope_lines_avx512f_##DIR##_##SUF(const pe_rope_loop *L)           \
     const ptrdiff_t hv = h / W;                                              \
     const __m512i in_idx = LINES_INDEX_##S(o);        /* lane i: i + o */     \
     const __m512i out_idx = LINES_INDEX_##S(W - o);   /* lane i: i + W - o */ \
-    const MASK first = (MASK)(((1u << W) - 1u) << o), last = (MASK)((1u << o) - 1u); \
+    LINES_MASKS(MASK, W, o)                                                   \
     if (hv == 2)        /* (constant counts: the steps unrolled, no branches) */ \
         rope_lines_rows_##DIR##_##SUF(L, o, 2, in_idx, out_idx, first, last);  \
     else                                                                      \
@@ -1053,6 +1056,14 @@ DEFINE_ROPE_LINES(back, double, f64, pd, __m512d, 8, __mmask8)
  * inter_one (43.8 us, as x on a line: no split halves on Zen 4).  Other
  * calls go to inter_one.
  */
+/* inter_lines: line t of the run at xp into yp, lanes mk (the tables' too) */
+#define INTER_LINE_MASKED(DIR, S, V, mk, t, xp, yp)                           \
+    {                                                                         \
+        const V cv_ = _mm512_maskz_loadu_##S(mk, c + (t) * W);                \
+        const V tsv_ = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(mk, s + (t) * W)); \
+        _mm512_mask_storeu_##S(yp + (t) * W, mk, INTER_ROT(_mm512, S,          \
+            _mm512_maskz_loadu_##S(mk, xp + (t) * W), cv_, tsv_, sign));       \
+    }
 #define DEFINE_INTER_LINES(DIR, T, SUF, S, V, W_, MASK)                       \
 __attribute__((target("avx512f,avx512dq")))                                   \
 static void inter_lines_avx512dq_##DIR##_##SUF(const pe_rope_loop *L)         \
@@ -1072,7 +1083,7 @@ static void inter_lines_avx512dq_##DIR##_##SUF(const pe_rope_loop *L)         \
         return;                                                               \
     }                                                                         \
     const ptrdiff_t lines = (L->m > 1 ? L->m : 1) * L->d / W;  /* + 1 */      \
-    const MASK first = (MASK)(((1u << W) - 1u) << o), last = (MASK)((1u << o) - 1u); \
+    LINES_MASKS(MASK, W, o)                                                   \
     const V sign = _mm512_loadu_##S(inter_sign_##DIR##_##SUF);                \
     const T *c = (const T *)(const void *)L->cos - o;                         \
     const T *s = (const T *)(const void *)L->sin - o;                         \
@@ -1082,14 +1093,8 @@ static void inter_lines_avx512dq_##DIR##_##SUF(const pe_rope_loop *L)         \
         const T *xb = (const T *)(const void *)(L->x + (k + 1) * L->x_step) - o; \
         T *ya = (T *)(void *)(L->y + k * L->y_step) - o;                      \
         T *yb = (T *)(void *)(L->y + (k + 1) * L->y_step) - o;                \
-        {                                                                     \
-            const V cv = _mm512_maskz_loadu_##S(first, c);                    \
-            const V tsv = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(first, s)); \
-            _mm512_mask_storeu_##S(ya, first, INTER_ROT(_mm512, S,             \
-                _mm512_maskz_loadu_##S(first, xa), cv, tsv, sign));            \
-            _mm512_mask_storeu_##S(yb, first, INTER_ROT(_mm512, S,             \
-                _mm512_maskz_loadu_##S(first, xb), cv, tsv, sign));            \
-        }                                                                     \
+        INTER_LINE_MASKED(DIR, S, V, first, 0, xa, ya)                        \
+        INTER_LINE_MASKED(DIR, S, V, first, 0, xb, yb)                        \
         for (ptrdiff_t t = 1; t < lines; t++) {                               \
             const V cv = _mm512_loadu_##S(c + t * W);                         \
             const V tsv = TSIN_##DIR(_mm512, S, _mm512_loadu_##S(s + t * W)); \
@@ -1098,25 +1103,15 @@ static void inter_lines_avx512dq_##DIR##_##SUF(const pe_rope_loop *L)         \
             _mm512_storeu_##S(ya + t * W, INTER_ROT(_mm512, S, xv, cv, tsv, sign)); \
             _mm512_storeu_##S(yb + t * W, INTER_ROT(_mm512, S, xv2, cv, tsv, sign)); \
         }                                                                     \
-        {                                                                     \
-            const ptrdiff_t e = lines * W;                                    \
-            const V cv = _mm512_maskz_loadu_##S(last, c + e);                 \
-            const V tsv = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(last, s + e)); \
-            _mm512_mask_storeu_##S(ya + e, last, INTER_ROT(_mm512, S,          \
-                _mm512_maskz_loadu_##S(last, xa + e), cv, tsv, sign));         \
-            _mm512_mask_storeu_##S(yb + e, last, INTER_ROT(_mm512, S,          \
-                _mm512_maskz_loadu_##S(last, xb + e), cv, tsv, sign));         \
-        }                                                                     \
+        INTER_LINE_MASKED(DIR, S, V, last, lines, xa, ya)                     \
+        INTER_LINE_MASKED(DIR, S, V, last, lines, xb, yb)                     \
     }                                                                         \
     for (; k < L->n; k++) {                                                   \
         const T *xa = (const T *)(const void *)(L->x + k * L->x_step) - o;    \
         T *ya = (T *)(void *)(L->y + k * L->y_step) - o;                      \
         for (ptrdiff_t t = 0; t <= lines; t++) {                              \
             const MASK mk = t == 0 ? first : t == lines ? last : (MASK)((1u << W) - 1u); \
-            const V cv = _mm512_maskz_loadu_##S(mk, c + t * W);               \
-            const V tsv = TSIN_##DIR(_mm512, S, _mm512_maskz_loadu_##S(mk, s + t * W)); \
-            _mm512_mask_storeu_##S(ya + t * W, mk, INTER_ROT(_mm512, S,        \
-                _mm512_maskz_loadu_##S(mk, xa + t * W), cv, tsv, sign));       \
+            INTER_LINE_MASKED(DIR, S, V, mk, t, xa, ya)                       \
         }                                                                     \
     }                                                                         \
 }
@@ -1853,9 +1848,10 @@ typedef struct {
                           * the half rows (rows_duplicated) and runs dup_ft,
                           * which reads them, in place of dup */
     pe_rope_fn dup_ft;
-    pe_rope_fn lines;    /* the tile walk's kernel for duplicated tables where
-                          * its table rows were copied onto lines (x past a
-                          * line: rope_lines_avx512f_fwd_f32), or NULL */
+    pe_rope_fn lines;    /* the tile walk's kernel where tile_tables copied
+                          * its table rows (rows past a line:
+                          * rope_lines_avx512f_*, inter_lines_avx512dq_*;
+                          * each falls back itself), or NULL */
 } rope_grid_job;
 
 /* the grouped walk's position k: the n rows of x (row bytes each) of heads
