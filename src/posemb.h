@@ -139,10 +139,16 @@ float pe_bf16_to_float(uint16_t b);
 uint16_t pe_float_to_bf16(float f);
 
 /*
- * Ask for the cache lines of [p, p + nbytes) ahead of use: a hint that
- * never faults, for reads the hardware prefetcher cannot guess (a jump to
- * another head's rows, a table row picked by position).  [p, p + nbytes)
- * must lie within one array.
+ * Ask for cache lines ahead of use: a hint that never faults, for reads the
+ * hardware prefetcher cannot guess (a jump to another head's rows, a table
+ * row picked by position).  The lines at p, p + 64, ... below p + nbytes:
+ * those of [p, p + nbytes) where p is on a line, else one fewer (the last
+ * line's bytes past p + nbytes - (p % 64) are the next row's, where rows
+ * run back to back; to cover [p, p + nbytes), ask for p % 64 more bytes).
+ * [p, p + nbytes) must lie within one array.  Always inlined, and so must
+ * be any helper that does nothing but call it: GCC 12 at -O3 finds such a
+ * helper free of side effects and drops the calls to it that it does not
+ * inline.
  */
 PE_INLINE void pe_prefetch(const void *p, ptrdiff_t nbytes)
 {

@@ -1856,14 +1856,17 @@ typedef struct {
 
 /* the grouped walk's position k: the n rows of x (row bytes each) of heads
  * x, x + x_h, ... (n may be 0), then the table rows the kernel reads (tb
- * bytes of c and of s), prefetched in memory order before its first load */
-static void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff_t row,
-                              const char *c, const char *s, ptrdiff_t tb)
+ * bytes of c and of s), prefetched in memory order before its first load
+ * (inlined: see pe_prefetch) */
+PE_INLINE void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff_t row,
+                                 const char *c, const char *s, ptrdiff_t tb)
 {
-    for (ptrdiff_t q = 0; q < n; q++)
-        pe_prefetch(x + q * x_h, row);
-    pe_prefetch(c, tb);
-    pe_prefetch(s, tb);
+    for (ptrdiff_t q = 0; q < n; q++) {
+        const char *r = x + q * x_h;
+        pe_prefetch(r, row + (ptrdiff_t)((uintptr_t)r % 64));   /* (every line of the row) */
+    }
+    pe_prefetch(c, tb + (ptrdiff_t)((uintptr_t)c % 64));
+    pe_prefetch(s, tb + (ptrdiff_t)((uintptr_t)s % 64));
 }
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -1901,8 +1904,12 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
             const char *row = tab + k * step;
             if (k > 0 && step == 0 && pack == NULL)
                 break;            /* (one row, broadcast: checked) */
-            if ((k == 0 || step != 0) && memcmp(row, row + hb, (size_t)hb) != 0)
-                return 0;
+            if (k == 0 || step != 0) {
+                /* (the row's lines in order first: see ROPE_LONG_ROW) */
+                pe_prefetch(row, 2 * hb + (ptrdiff_t)((uintptr_t)row % 64));
+                if (memcmp(row, row + hb, (size_t)hb) != 0)
+                    return 0;
+            }
             if (pack != NULL && ft)
                 pe_half_to_float_run((const uint16_t *)(const void *)row,
                                      (float *)(void *)(pack + k * 2 * pb + t * pb), hb / 2);
@@ -2704,15 +2711,19 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         job.dup_ft = rope_table.dup_ft[back];
     /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
      * 4 heads, not 2, whatever the kernel; half-split, each position's
-     * table rows are prefetched first, and out of place the group's rows of
-     * x too (job->lead): those kernels read each row as two streams half a
-     * row apart, and with rows of 1 KiB the hardware prefetcher did not
-     * keep up.  A C harness of the grouped walk (rows of 512 B-2 KiB, 1-4 heads)
-     * showed a plain copy at 1.0x a streaming copy for any row length, the
-     * rotation at 1.0-1.1x with rows of 512 B and 1.3-1.5x with 1 KiB, and
-     * 1.0x again with 1 KiB rows whose table row stayed in L1.  Measured
-     * through apply_rope, Zen 4 EPYC VM (1 MiB L2, 32 MiB L3), each call
-     * over a streaming copy or an in-place scale timed just before it,
+     * rows of x and table rows are prefetched first, every line of them in
+     * memory order (job->lead, prefetch_position): those kernels read each
+     * row as two streams half a row apart, which with rows of 1 KiB the
+     * hardware prefetcher does not follow.  An in-place pass over 128 MiB
+     * in rows, line i of each row beside line i + h, against one in order
+     * (benchmarks/halves_read.c, Zen 4 EPYC VM): rows of 256 and 512 bytes
+     * 1.0x, 1 KiB 1.7x with 64-byte vectors (1.3x with 32-byte, 1.0x with
+     * 16-byte), 2 and 4 KiB 2.1-2.7x; each row's lines prefetched in order
+     * just before it, 1.0-1.1x.  Earlier, a C harness of the grouped walk:
+     * the rotation 1.3-1.5x a streaming copy with 1 KiB rows, 1.0x with
+     * the table row in L1.
+     * Measured through apply_rope, Zen 4 EPYC VM (1 MiB L2, 32 MiB L3), each
+     * call over a streaming copy or an in-place scale timed just before it,
      * settings alternated in one process, 11-13 rounds (medians): float64
      * (1, 32, 4096, 128) into np.empty_like(x) 1.56-1.60x in groups of 2,
      * 1.94x of 4, 1.20-1.25x of 4 with the prefetch (2 threads 1.38x ->
@@ -2720,29 +2731,39 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * 1.54-1.59x -> 1.21-1.24x; interleaved float64 in place 1.38-1.43x ->
      * 1.12x with 4 heads (2 threads 1.16x -> 1.12x), out of place 1.18x ->
      * 1.15x (with the prefetch 1.34x: not there), float32 head size 256 in
-     * place 1.43x -> 1.13x; half-split in place, the pipelined kernels
-     * (earlier: 1.49-1.51x in 2, 1.42-1.43x in 4): 1.46x, 1.56x with the
-     * rows of x prefetched too (so not in place), and with the table rows
-     * alone float64 1.53x -> 1.43x, float32 d = 256 1.52x -> 1.48x (15
-     * rounds; 2 threads 1.42x -> 1.14x and 1.39x -> 1.15x).  Interleaved
-     * (each row read in order) measured even with the table rows
-     * prefetched and slower with the rows of x too (out of place 1.16x ->
-     * 1.47x): none.  Rows of 2 KiB (float64 d = 256) in place stay
-     * 2.9-3.0x (2.6x with the rows of x prefetched too; groups of 4 no
-     * better): not solved; out of place see STAGE_ROWS_BYTES.
+     * place 1.43x -> 1.13x.  Half-split in place, the pipelined kernels,
+     * prefetched only the table rows until the prefetch covered the last
+     * line of each row (a row of 1 KiB 16 bytes past a line, where NumPy
+     * puts large arrays, spans 17 lines, and pe_prefetch(x, 1024) asks for
+     * 16: the kernel's last loads of every row then waited for memory).
+     * With every line, the rows of x too (15-21 rounds; the first figure
+     * the table rows alone, as before): float32 (1, 32, 4096, 256)
+     * 1.39-1.43x an in-place scale -> 1.24-1.33x (the 16 lines alone:
+     * 1.32-1.34x), float64 (1, 32, 4096, 128) 1.38-1.47x -> 1.33-1.38x;
+     * 2 threads 7.7 -> 6.9 ms and 6.2 -> 5.7 ms; out of place (already so,
+     * now every line, and the table rows checked in order: see
+     * rows_duplicated) into a reused y, float64 8.9 -> 7.7 ms, float32
+     * d = 256 9.1 -> 8.2 ms.  Interleaved (each row read in order) measured
+     * even with the table rows prefetched and slower with the rows of x
+     * too (out of place 1.16x -> 1.47x; in place, every line, float64
+     * 1.14x -> 1.49x, float32 d = 256 1.15x -> 1.46x): none.  Rows of 2 KiB
+     * (float64 d = 256) in place stayed 2.9-3.0x (2.6x with the rows of x
+     * prefetched too, before every line; groups of 4 no better); out of
+     * place see STAGE_ROWS_BYTES.
      * float16 and bfloat16 half-split, the same with the rows of x
      * prefetched in place too (settings alternated in one process, 11
      * rounds, medians, against a streaming copy / an in-place scale):
      * float16 (1, 32, 4096, 512) 2.38x / 2.10x -> 1.98x / 1.77x (only the
      * table rows prefetched: 2.43x / 2.22x), (1, 32, 2048, 1024) 4.78x /
      * 3.77x -> 2.20x / 2.51x; bfloat16 2.88x / 2.37x -> 2.74x / 2.24x and
-     * 4.20x / 4.09x -> 2.70x / 2.39x.  Interleaved float16 (2.24x / 1.92x
+     * 4.20x / 4.09x -> 2.70x / 2.39x; with every line, float16 d = 512
+     * 1.42x -> 1.23x / 1.70x -> 1.51x.  Interleaved float16 (2.24x / 1.92x
      * at d = 1024) was slower so with any prefetch (2.42-2.61x / 2.24-2.79x):
      * not there. */
     if (past_llc && g->x_inner == itemsize && g->d * itemsize >= ROPE_LONG_ROW &&
         (type == 1 || type == 2 || !inter)) {
         group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
-        job.lead = inter ? 0 : in_place && itemsize > 2 ? 1 : 2;
+        job.lead = inter ? 0 : 2;
     }
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
