@@ -1844,6 +1844,8 @@ typedef struct {
                           * and where lead > 1 the group's rows of x,
                           * prefetched first (prefetch_position; set in
                           * pe_rope_apply) */
+    int next_l2;         /* ... and the group's rows of x at the next
+                          * position prefetched into L2 */
     int pack_ft;         /* float16: the grouped walk packs float32 copies of
                           * the half rows (rows_duplicated) and runs dup_ft,
                           * which reads them, in place of dup */
@@ -1854,16 +1856,21 @@ typedef struct {
                           * each falls back itself), or NULL */
 } rope_grid_job;
 
-/* the grouped walk's position k: the n rows of x (row bytes each) of heads
- * x, x + x_h, ... (n may be 0), then the table rows the kernel reads (tb
- * bytes of c and of s), prefetched in memory order before its first load
- * (inlined: see pe_prefetch) */
+/* the grouped walk's position k: where next is not 0, the n rows of x at
+ * the next position (next bytes on) into L2; the n rows of x (row bytes
+ * each) of heads x, x + x_h, ... (n may be 0), then the table rows the
+ * kernel reads (tb bytes of c and of s), prefetched in memory order before
+ * its first load; every line of each (inlined: see pe_prefetch) */
 PE_INLINE void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff_t row,
-                                 const char *c, const char *s, ptrdiff_t tb)
+                                 const char *c, const char *s, ptrdiff_t tb, ptrdiff_t next)
 {
+    for (ptrdiff_t q = 0; next != 0 && q < n; q++) {
+        const char *r = x + q * x_h + next;
+        pe_prefetch_l2(r, row + (ptrdiff_t)((uintptr_t)r % 64));
+    }
     for (ptrdiff_t q = 0; q < n; q++) {
         const char *r = x + q * x_h;
-        pe_prefetch(r, row + (ptrdiff_t)((uintptr_t)r % 64));   /* (every line of the row) */
+        pe_prefetch(r, row + (ptrdiff_t)((uintptr_t)r % 64));
     }
     pe_prefetch(c, tb + (ptrdiff_t)((uintptr_t)c % 64));
     pe_prefetch(s, tb + (ptrdiff_t)((uintptr_t)s % 64));
@@ -2256,7 +2263,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                         if (job->lead && t < rows)
                             prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + t) * g->x_s,
                                               g->x_h, lead_n, row, cos0 + t * cos_s,
-                                              sin0 + t * sin_s, tb);
+                                              sin0 + t * sin_s, tb, 0);
                         for (ptrdiff_t q = 0; q < L.n; q++) {
                             const ptrdiff_t k = t - q * sk;
                             if (k < 0 || k >= rows)
@@ -2281,7 +2288,8 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
                     if (job->lead)
-                        prefetch_position(L.x, g->x_h, lead_n, row, L.cos, L.sin, tb);
+                        prefetch_position(L.x, g->x_h, lead_n, row, L.cos, L.sin, tb,
+                                          job->next_l2 && k + 1 < rows ? g->x_s : 0);
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
                         ptrdiff_t nb = bo;
@@ -2685,7 +2693,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     rope_grid_job job = {rope_table.full[kind][type],
                          inter ? NULL : rope_table.dup[back][type], g,
                          itemsize, 2048, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, -1, -1, 0,
-                         0, NULL, NULL};
+                         0, 0, NULL, NULL};
     int tables_ok, in_place, large, past_llc;
     ptrdiff_t llc_vectors, group_bytes = ROPE_GROUP_BYTES;
     /* a length-1 axis has no stride (NumPy may pass any): 0, so that the
@@ -2743,7 +2751,14 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * 2 threads 7.7 -> 6.9 ms and 6.2 -> 5.7 ms; out of place (already so,
      * now every line, and the table rows checked in order: see
      * rows_duplicated) into a reused y, float64 8.9 -> 7.7 ms, float32
-     * d = 256 9.1 -> 8.2 ms.  Interleaved (each row read in order) measured
+     * d = 256 9.1 -> 8.2 ms.  In place, float32 and float64, the group's
+     * rows at the next position also go into L2 (job->next_l2; 9-13
+     * rounds): float32 (1, 32, 4096, 256) 1.37-1.45x -> 1.21-1.23x,
+     * float64 (1, 32, 4096, 128) 1.35x -> 1.22x, (1, 32, 2048, 256) 2.04x
+     * -> 1.70x, 2 threads 1.10x -> 1.06x; into L1 one position ahead
+     * instead 2.2x, into L2 2, 4 or 8 positions ahead 1.37-1.43x; out of
+     * place even (float64 8.4 -> 8.5 ms), float16 even (1.55x), bfloat16
+     * slower (1.31x -> 1.39x): not there.  Interleaved (each row read in order) measured
      * even with the table rows prefetched and slower with the rows of x
      * too (out of place 1.16x -> 1.47x; in place, every line, float64
      * 1.14x -> 1.49x, float32 d = 256 1.15x -> 1.46x): none.  Rows of 2 KiB
@@ -2764,6 +2779,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
         (type == 1 || type == 2 || !inter)) {
         group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
         job.lead = inter ? 0 : 2;
+        job.next_l2 = !inter && in_place && itemsize > 2;
     }
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
                       ALIGNED(g->y_s, a))
@@ -2913,7 +2929,15 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * ((1, 32, 8192, 128) any tables 6.2-6.5 -> 6.0-6.2 ms, duplicated
          * tables 3.7 -> 3.7-3.9 ms, new arrays (1, 32, 16384, 128) 8.0-8.2
          * -> 8.4 ms). */
-        if ((in_place || job.streaming || job.stage || type == 3) && large)
+        /* Not where job.lead prefetches each position (rows of
+         * ROPE_LONG_ROW bytes, half-split): with it, ahead 4 measured
+         * 2.32x an in-place scale against 1.29x (float32 (1, 32, 4096,
+         * 256), Zen 4 EPYC VM), out of place 1.05x and 1.35x a copy against
+         * 0.67x and 0.69x (float64 d = 128, float32 d = 256); left to the
+         * measured choice below, its trials and rechecks paid that, and its
+         * verdict, shared with shorter rows of the dtype, went against
+         * them. */
+        if ((in_place || job.streaming || job.stage || type == 3) && large && !job.lead)
             job.ahead = 4;
         /* Beyond the last-level cache the same prefetch measured the other
          * way on a Zen 4 EPYC VM (1 MiB L2, 32 MiB L3, the sizes of the Zen
