@@ -140,17 +140,31 @@ int pe_memory_stream_ok(const void *mid, int whole_lines, size_t bytes)
            (whole_lines || pe_cpu_partial_lines());
 }
 
-/* a large block on a 64-byte line (malloc's large blocks start 16 bytes
- * past one): the kernels' streaming stores need whole aligned vectors (see
- * pe_rope_apply), and a vector on a line touches one line, not two.
- * Measured on a Zen 5 EPYC, (1, 32, 8192, 128) float32 into a reused
- * output, 1 thread: 8.4-8.6 ms from malloc, 7.3-7.7 ms on a line.  free()
- * and realloc() take posix_memalign's blocks as malloc's. */
+/* a large block at the start of a page (malloc's large blocks start 16
+ * bytes past one):
+ * - on a 64-byte line: the kernels' streaming stores need whole aligned
+ *   vectors (see pe_rope_apply), and a vector on a line touches one line,
+ *   not two.  Measured on a Zen 5 EPYC, (1, 32, 8192, 128) float32 into a
+ *   reused output, 1 thread: 8.4-8.6 ms from malloc, 7.3-7.7 ms on a line.
+ * - not just past the inputs' offset within a page: the outputs were once
+ *   on the line after malloc's 16 bytes (64 bytes into a page), 48 bytes
+ *   past where NumPy's large inputs and tables start (16), and every
+ *   vector stored there shares its address bits 0-11 with the loads just
+ *   after it, which then wait (x, cos and sin at 16 bytes into a page, y
+ *   at 0, 64, 128, ..., 4032: only 64 and, less, 128 slow).  Measured, Zen 4
+ *   EPYC VM, 1 thread, into y at 64 bytes into a page against half a page
+ *   on (medians of 5 rounds alternated in one process): float32 (1, 32,
+ *   8192, 128) half-split 8.5 against 5.7 ms, interleaved 18.1 against
+ *   6.6-7.7, float64 (1, 32, 4096, 128) 10.1 against 7.4, float16 (1, 32,
+ *   16384, 128) 11.1 against 8.2, bfloat16 9.9 against 7.4; at the start
+ *   of a page 6.0, 6.6, 7.6, 8.6 and 7.6 ms.  A page's start is behind
+ *   inputs anywhere but the last 128 bytes of a page.
+ * free() and realloc() take posix_memalign's blocks as malloc's. */
 static void *large_block(size_t n)
 {
 #if defined(__linux__) || defined(__APPLE__)
     void *p = NULL;
-    return posix_memalign(&p, 64, n) == 0 ? p : NULL;
+    return posix_memalign(&p, 4096, n) == 0 ? p : NULL;
 #else
     return malloc(n);
 #endif
