@@ -212,7 +212,9 @@ def show_config(*, print_: bool = True) -> dict[str, str]:
     the kernels size their blocks from: sysfs on Linux, else ``sysconf``),
     ``rope_prefetch_ahead`` and ``rope_one_head_per_call`` (whether RoPE
     over arrays larger than the last-level cache prefetches rows ahead in
-    software, in the ``(b, h, s, d)`` layout, and takes one head per kernel
+    software, in the ``(b, h, s, d)`` layout (half-split rows of 1 KiB or
+    more are prefetched position by position instead, and take no part),
+    and takes one head per kernel
     call, in the ``(b, s, h, d)`` one: something the cache sizes do not
     tell, so such calls measure both ways, per dtype and in place or not
     (and for one head per call, whether positions have gaps between them,

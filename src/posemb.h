@@ -141,14 +141,15 @@ uint16_t pe_float_to_bf16(float f);
 /*
  * Ask for cache lines ahead of use: a hint that never faults, for reads the
  * hardware prefetcher cannot guess (a jump to another head's rows, a table
- * row picked by position).  The lines at p, p + 64, ... below p + nbytes:
- * those of [p, p + nbytes) where p is on a line, else one fewer (the last
- * line's bytes past p + nbytes - (p % 64) are the next row's, where rows
- * run back to back; to cover [p, p + nbytes), ask for p % 64 more bytes).
- * [p, p + nbytes) must lie within one array.  Always inlined, and so must
- * be any helper that does nothing but call it: GCC 12 at -O3 finds such a
- * helper free of side effects and drops the calls to it that it does not
- * inline.
+ * row picked by position).  pe_prefetch(p, n): the lines at p, p + 64, ...
+ * below p + n, which miss the last line of [p, p + n) where p lies past a
+ * line and n is a multiple of 64 (that line's rest is the next row's,
+ * where rows run back to back, and the next row's prefetch takes it);
+ * pe_prefetch_lines(p, n): every line of [p, p + n) (a row of 1 KiB 16
+ * bytes past a line spans 17).  [p, p + n) must lie within one array.
+ * Always inlined, and so must be any helper that does nothing but call
+ * them: GCC 12 at -O3 finds such a helper free of side effects and drops
+ * the calls to it that it does not inline.
  */
 PE_INLINE void pe_prefetch(const void *p, ptrdiff_t nbytes)
 {
@@ -171,6 +172,24 @@ PE_INLINE void pe_prefetch_l2(const void *p, ptrdiff_t nbytes)
 #else
     (void)p;
     (void)nbytes;
+#endif
+}
+/* every line of [p, p + nbytes), the lines' addresses as integers (no
+ * pointer past the array); l2: into the second-level cache only */
+PE_INLINE void pe_prefetch_lines(const void *p, ptrdiff_t nbytes, int l2)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    const uintptr_t end = (uintptr_t)p + (uintptr_t)(nbytes > 0 ? nbytes : 0);
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < end; a += 64) {
+        if (l2)
+            __builtin_prefetch((const void *)a, 0, 2);
+        else
+            __builtin_prefetch((const void *)a);
+    }
+#else
+    (void)p;
+    (void)nbytes;
+    (void)l2;
 #endif
 }
 
@@ -412,7 +431,7 @@ int pe_memory_probe_partial_lines(void);
  * posemb call allocates its outputs), and a freed output of at least
  * PE_OUT_CACHE_MIN_BYTES is kept, up to `limit` bytes in all, the oldest
  * released first.  Blocks come from malloc (large ones from posix_memalign,
- * on a 64-byte line), so realloc and free of any of them stay valid; the
+ * at the start of a page), so realloc and free of any of them stay valid; the
  * cache keeps its own record of each block's size.
  * Not thread-safe: the binding calls it with the GIL held.
  * (runtime/memory.c)

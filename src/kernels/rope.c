@@ -1796,8 +1796,9 @@ static ptrdiff_t rope_vector_bytes(ptrdiff_t d, ptrdiff_t r, ptrdiff_t itemsize)
 _Static_assert(3 * ROPE_CHOICE_KINDS == PE_CHOICE_KINDS, "posemb.h's PE_CHOICE_KINDS");
 /* rows of x of at least this many bytes (float64 d = 128, float32 head size
  * 256, float16/bfloat16 d = 512) beyond the last-level cache: groups of
- * ROPE_GROUP_MAX heads, the pipelined in-place kernels (DEFINE_ROPE_PIPE),
- * half-split table rows (and rows of x) prefetched ahead (set in
+ * ROPE_GROUP_MAX * ROPE_LONG_ROW bytes of heads (4 heads of 1 KiB, 2 of 2
+ * KiB, ...), the pipelined in-place kernels (DEFINE_ROPE_PIPE), half-split
+ * rows of x and table rows prefetched at each position (job->lead, set in
  * pe_rope_apply) */
 #define ROPE_LONG_ROW 1024
 
@@ -1843,7 +1844,7 @@ typedef struct {
     int lead;            /* grouped walk: at each position its table rows,
                           * and where lead > 1 the group's rows of x,
                           * prefetched first (prefetch_position; set in
-                          * pe_rope_apply) */
+                          * pe_rope_apply: 0, or 2 for half-split long rows) */
     int next_l2;         /* ... and the group's rows of x at the next
                           * position prefetched into L2 */
     int pack_ft;         /* float16: the grouped walk packs float32 copies of
@@ -1856,24 +1857,21 @@ typedef struct {
                           * each falls back itself), or NULL */
 } rope_grid_job;
 
-/* the grouped walk's position k: where next is not 0, the n rows of x at
- * the next position (next bytes on) into L2; the n rows of x (row bytes
- * each) of heads x, x + x_h, ... (n may be 0), then the table rows the
- * kernel reads (tb bytes of c and of s), prefetched in memory order before
- * its first load; every line of each (inlined: see pe_prefetch) */
+/* the grouped walk's position k, every line of each row, before the
+ * kernel's first load: where next is not 0, first the n rows of x at the
+ * next position (next bytes on) into L2 (the order measured); then into
+ * L1 the n rows of x (row bytes each) of heads x, x + x_h, ... (n may be
+ * 0), each in memory order, and the table rows the kernel reads (tb bytes
+ * of c and of s) (inlined: see pe_prefetch) */
 PE_INLINE void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrdiff_t row,
                                  const char *c, const char *s, ptrdiff_t tb, ptrdiff_t next)
 {
-    for (ptrdiff_t q = 0; next != 0 && q < n; q++) {
-        const char *r = x + q * x_h + next;
-        pe_prefetch_l2(r, row + (ptrdiff_t)((uintptr_t)r % 64));
-    }
-    for (ptrdiff_t q = 0; q < n; q++) {
-        const char *r = x + q * x_h;
-        pe_prefetch(r, row + (ptrdiff_t)((uintptr_t)r % 64));
-    }
-    pe_prefetch(c, tb + (ptrdiff_t)((uintptr_t)c % 64));
-    pe_prefetch(s, tb + (ptrdiff_t)((uintptr_t)s % 64));
+    for (ptrdiff_t q = 0; next != 0 && q < n; q++)
+        pe_prefetch_lines(x + q * x_h + next, row, 1);
+    for (ptrdiff_t q = 0; q < n; q++)
+        pe_prefetch_lines(x + q * x_h, row, 0);
+    pe_prefetch_lines(c, tb, 0);
+    pe_prefetch_lines(s, tb, 0);
 }
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
@@ -1912,8 +1910,11 @@ static int rows_duplicated(const pe_rope_grid *g, ptrdiff_t b, ptrdiff_t s0,
             if (k > 0 && step == 0 && pack == NULL)
                 break;            /* (one row, broadcast: checked) */
             if (k == 0 || step != 0) {
-                /* (the row's lines in order first: see ROPE_LONG_ROW) */
-                pe_prefetch(row, 2 * hb + (ptrdiff_t)((uintptr_t)row % 64));
+                /* (rows of ROPE_LONG_ROW bytes or more: the row's lines in
+                 * order first, as the halves' compare would not fetch
+                 * them: see ROPE_LONG_ROW; measured on those only) */
+                if (2 * hb >= ROPE_LONG_ROW)
+                    pe_prefetch_lines(row, 2 * hb, 0);
                 if (memcmp(row, row + hb, (size_t)hb) != 0)
                     return 0;
             }
@@ -2718,7 +2719,8 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     if (type == 0 && job.dup != NULL)
         job.dup_ft = rope_table.dup_ft[back];
     /* Rows of ROPE_LONG_ROW bytes or more beyond the cache go in groups of
-     * 4 heads, not 2, whatever the kernel; half-split, each position's
+     * 4 KiB of rows (4 heads of 1 KiB, not 2; 2 of 2 KiB), whatever the
+     * kernel; half-split, each position's
      * rows of x and table rows are prefetched first, every line of them in
      * memory order (job->lead, prefetch_position): those kernels read each
      * row as two streams half a row apart, which with rows of 1 KiB the
@@ -2758,13 +2760,15 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
      * -> 1.70x, 2 threads 1.10x -> 1.06x; into L1 one position ahead
      * instead 2.2x, into L2 2, 4 or 8 positions ahead 1.37-1.43x; out of
      * place even (float64 8.4 -> 8.5 ms), float16 even (1.55x), bfloat16
-     * slower (1.31x -> 1.39x): not there.  Interleaved (each row read in order) measured
-     * even with the table rows prefetched and slower with the rows of x
-     * too (out of place 1.16x -> 1.47x; in place, every line, float64
-     * 1.14x -> 1.49x, float32 d = 256 1.15x -> 1.46x): none.  Rows of 2 KiB
-     * (float64 d = 256) in place stayed 2.9-3.0x (2.6x with the rows of x
-     * prefetched too, before every line; groups of 4 no better); out of
-     * place see STAGE_ROWS_BYTES.
+     * slower (1.31x -> 1.39x): not there.  Interleaved (each row read in
+     * order) measured even with the table rows prefetched and slower with
+     * the rows of x too (out of place 1.16x -> 1.47x; in place, every
+     * line, float64 1.14x -> 1.49x, float32 d = 256 1.15x -> 1.46x): none.
+     * Rows of 2 KiB (float64 d = 256) in place were 2.9-3.0x before every
+     * line was prefetched (2.6x with the rows of x prefetched too, 16 lines
+     * of 17; groups of 4 no better); with every line and the next position
+     * into L2 1.53-1.59x (alternating processes); groups of 4 1.86x
+     * against 1.56x; out of place see STAGE_ROWS_BYTES.
      * float16 and bfloat16 half-split, the same with the rows of x
      * prefetched in place too (settings alternated in one process, 11
      * rounds, medians, against a streaming copy / an in-place scale):
