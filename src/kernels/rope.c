@@ -1841,10 +1841,10 @@ typedef struct {
                           * ahead, way 0: no prefetch), or -1 */
     int choice_one;      /* ... and in the heads-inner walk, one_head (way 1:
                           * one head per call, way 0: all), or -1 */
-    int lead;            /* grouped walk: at each position its table rows,
-                          * and where lead > 1 the group's rows of x,
-                          * prefetched first (prefetch_position; set in
-                          * pe_rope_apply: 0, or 2 for half-split long rows) */
+    int lead;            /* grouped walk: at each position the group's rows
+                          * of x and its table rows prefetched first
+                          * (prefetch_position; half-split long rows, set in
+                          * pe_rope_apply) */
     int next_l2;         /* ... and the group's rows of x at the next
                           * position prefetched into L2 */
     int pack_ft;         /* float16: the grouped walk packs float32 copies of
@@ -2245,8 +2245,6 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                 char *const y0 = g->y + b * g->y_b + h0 * g->y_h + s0 * g->y_s;
                 ptrdiff_t bo = -(ptrdiff_t)((uintptr_t)y0 % 64), fo = 0;
                 L.n = g->H - h0 < G ? g->H - h0 : G;
-                /* the rows of x prefetched with each position's table rows */
-                const ptrdiff_t lead_n = job->lead > 1 ? L.n : 0;
                 /* y 16 bytes past a line (float16, bfloat16: or on one),
                  * realigned in registers (half_realign_fwd_f32,
                  * f16_realign1_fwd) instead of staged: each head's carry */
@@ -2263,7 +2261,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                         /* (position t: head 0's now, head q's q rows on) */
                         if (job->lead && t < rows)
                             prefetch_position(g->x + b * g->x_b + h0 * g->x_h + (s0 + t) * g->x_s,
-                                              g->x_h, lead_n, row, cos0 + t * cos_s,
+                                              g->x_h, L.n, row, cos0 + t * cos_s,
                                               sin0 + t * sin_s, tb, 0);
                         for (ptrdiff_t q = 0; q < L.n; q++) {
                             const ptrdiff_t k = t - q * sk;
@@ -2289,7 +2287,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
                     L.cos = cos0 + k * cos_s;
                     L.sin = sin0 + k * sin_s;
                     if (job->lead)
-                        prefetch_position(L.x, g->x_h, lead_n, row, L.cos, L.sin, tb,
+                        prefetch_position(L.x, g->x_h, L.n, row, L.cos, L.sin, tb,
                                           job->next_l2 && k + 1 < rows ? g->x_s : 0);
                     fn(&L);
                     if (stage_buf != NULL && ((k + 1) % stage_rows == 0 || k + 1 == rows)) {
@@ -2782,7 +2780,7 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
     if (past_llc && g->x_inner == itemsize && g->d * itemsize >= ROPE_LONG_ROW &&
         (type == 1 || type == 2 || !inter)) {
         group_bytes = ROPE_GROUP_MAX * ROPE_LONG_ROW;
-        job.lead = inter ? 0 : 2;
+        job.lead = !inter;
         job.next_l2 = !inter && in_place && itemsize > 2;
     }
 #define Y_ALIGNED(a) (ALIGNED(g->y, a) && ALIGNED(g->y_b, a) && ALIGNED(g->y_h, a) && \
