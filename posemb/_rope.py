@@ -84,8 +84,7 @@ def _fast_road(ufuncs: dict[bool, Any], x: Any, cos: Any, sin: Any, interleaved:
     k = _seq_shift(seq_axis, x.ndim)
     if k < 0:
         return None        # (the long road names what is wrong)
-    cos, sin = _grow_tables(cos, sin, k)
-    return _fast_call(ufuncs[interleaved], x, cos, sin, out)
+    return _fast_call(ufuncs[interleaved], x, cos, sin, out, k)
 
 
 def _seq_shift(seq_axis: Any, nd: int) -> int:
@@ -100,12 +99,14 @@ def _seq_shift(seq_axis: Any, nd: int) -> int:
     return nd - 2 - seq_axis % nd
 
 
-def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: Any) -> Any:
+def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: Any,
+               k: int = 0) -> Any:
     """ufunc (a RoPE gufunc, core (h, s, d), (s, r), (s, r)) on ndarrays x
     (..., d) and tables (..., r) with r even, of no more axes than x and
-    broadcasting against it, into a new array, in place (out=x, not empty)
-    or into out, an ndarray of x's dtype and shape (x not empty).  x is
-    seen as that grid without copying:
+    broadcasting against it (once grown by k singleton axes after their
+    position axis: _grow_tables), into a new array, in place (out=x, not
+    empty) or into out, an ndarray of x's dtype and shape (x not empty).  x
+    is seen as that grid without copying:
 
     * tables (..., s, r) along x's positions (axis -2), as HF's unsqueezed
       (batch, 1, seq, dim): a size-1 axis -3 is dropped and the gufunc
@@ -123,8 +124,17 @@ def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out:
     tables that would make the result larger than out) returns None: the
     long road then checks again and names the argument."""
     cs = cos.shape
+    if cs != sin.shape:
+        return None
+    if k == 1 and len(cs) == 2:
+        # Meta's (s, r) tables along x's axis -3: cs stands for the grown
+        # (s, 1, r), which view 1 would only reshape back
+        cs = (cs[0], 1, cs[1])
+    elif k:
+        cos, sin = _grow_tables(cos, sin, k)
+        cs = cos.shape
     n, nx = len(cs), x.ndim
-    if not (cs == sin.shape and 1 <= n <= nx and nx >= 2 and not cs[-1] & 1):
+    if not (1 <= n <= nx and nx >= 2 and not cs[-1] & 1):
         return None
     if out is not None and not (x.size and (out is x or (
             type(out) is _ND and out.dtype is x.dtype and out.shape == x.shape))):
@@ -152,8 +162,10 @@ def _fast_call(ufunc: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out:
         t = cs[-2:] if cs[:-3].count(1) == n - 3 else cs[:-3] + cs[-2:]
         cos, sin = cos.reshape(t), sin.reshape(t)
     elif view == 1:
-        cos, sin = cos.reshape(cs[:-2] + cs[-1:]), sin.reshape(cs[:-2] + cs[-1:])
-        x, out = x.swapaxes(-2, -3), out.swapaxes(-2, -3)
+        if cos.ndim == n:
+            cos, sin = cos.reshape(cs[:-2] + cs[-1:]), sin.reshape(cs[:-2] + cs[-1:])
+        x, out = ((x.swapaxes(-2, -3),) * 2 if out is x
+                  else (x.swapaxes(-2, -3), out.swapaxes(-2, -3)))
     elif view == 2:
         x, out = x[..., None, :], out[..., None, :]
     try:

@@ -394,8 +394,7 @@ class RoPE:
         if len(cos) < stop or not len(cos):     # (no tables made yet: _NO_TABLES)
             return None
         c, s = cos[offset:stop], sin[offset:stop]
-        return _fast_call(_FAST_FWD[self.interleaved], x, c[:, None] if k else c,
-                          s[:, None] if k else s, out)
+        return _fast_call(_FAST_FWD[self.interleaved], x, c, s, out, k)
 
     def __call__(self, x: Any, positions: Any = None, *, offset: Any = 0,
                  seq_axis: int | None = None, out: np.ndarray | None = None) -> Any:

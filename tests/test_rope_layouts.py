@@ -355,6 +355,8 @@ def test_fast_road_one_position_tables_and_meta_layout(rng, dtype, interleaved):
     x_hf = rng.standard_normal((2, 3, 5, 16)).astype(dtype)       # (batch, heads, seq, d)
     x_meta = rng.standard_normal((2, 5, 3, 16)).astype(dtype)     # (batch, seq, heads, d)
     at37 = np.full(5, 37)
+    pb = np.array([np.arange(5), np.arange(9, 4, -1)])
+    cb, sb = posemb.rope_cos_sin(pb, 16, dtype=dtype, interleaved=interleaved)    # (2, 5, 16)
     cases = [
         # (x, cos, sin, seq_axis, oracle of x in the HF layout, to x's layout)
         (x_hf, c1, s1, None, lambda x: oracle(x, at37, 16, interleaved=interleaved)),
@@ -367,6 +369,12 @@ def test_fast_road_one_position_tables_and_meta_layout(rng, dtype, interleaved):
         (x_meta, cs, ss, 1,
          lambda x: oracle(x.swapaxes(1, 2), np.arange(5), 16,
                           interleaved=interleaved).swapaxes(1, 2)),
+        # seq_axis=1 with one position (a decode step), and per-batch tables
+        (x_meta[:, :1], cs[3:4], ss[3:4], 1,
+         lambda x: oracle(x.swapaxes(1, 2), [3], 16, interleaved=interleaved).swapaxes(1, 2)),
+        (x_meta, cb, sb, 1,
+         lambda x: np.stack([oracle(x[i].swapaxes(0, 1), pb[i], 16,
+                                    interleaved=interleaved).swapaxes(0, 1) for i in range(2)])),
     ]
     for x, c, s, axis, want in cases:
         assert _fast_road(_FAST_FWD, x, c, s, interleaved, axis, None) is not None
