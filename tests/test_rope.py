@@ -953,6 +953,57 @@ def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads, interleave
         posemb.set_num_threads(old_threads)
 
 
+@pytest.mark.parametrize("dtype, d", [(np.float32, 128), (np.float32, 64), (np.float64, 64),
+                                      (np.float64, 128)])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_meta_layout_rows_past_a_line(rng, dtype, d, backward, threads):
+    """Meta's (b, s, h, d) within the cache with HF's duplicated tables:
+    where the heads' rows lie one after another past a line by other than a
+    multiple of 32 bytes, each position's rows go to the realigning kernel
+    as two runs of h / 2 rows, the tables' half rows packed on lines.  An
+    even and an odd head count (the odd one walked as before), every
+    element offset, in place and into an out at the same offset and at
+    another, at 2 threads 6 MiB (blocks split between the threads): the
+    formula's bits, nothing written outside; tables whose halves differ
+    (no packing) too."""
+    itemsize = np.dtype(dtype).itemsize
+    fn = posemb.apply_rope_backward if backward else posemb.apply_rope
+    shapes = [(37, 8), (37, 7)] + ([((6 << 20) // (32 * d * itemsize), 32)] if threads == 2 else [])
+    old_threads = posemb.get_num_threads()
+    try:
+        posemb.set_num_threads(threads)
+        for seq, heads in shapes:
+            x = rng.standard_normal((1, seq, heads, d)).astype(dtype)
+            cos, sin = posemb.rope_cos_sin(np.arange(seq) + 5, d, dtype=dtype)
+            odd = cos.copy()
+            odd[seq // 2, -1] += 1     # one row's halves differ
+            for c in (cos, odd):
+                want = formula_bits(x, c[:, None], sin[:, None], False, backward)
+                offsets = range(0, 64, itemsize) if seq == 37 else (16, 48)
+                for offset in offsets:
+                    msg = f"offset={offset} seq={seq} heads={heads}"
+                    big = _aligned_empty((x.size + 32,), dtype, offset)
+                    big[:] = 7.0
+                    xi = big[16:16 + x.size].reshape(x.shape)    # (16 values on: the same offset)
+                    xi[...] = x
+                    assert fn(xi, c, sin, seq_axis=1, out=xi) is xi
+                    np.testing.assert_array_equal(xi, want, err_msg=msg)
+                    np.testing.assert_array_equal(big[:16], 7.0)
+                    np.testing.assert_array_equal(big[16 + x.size:], 7.0)
+                    xs = _aligned_empty(x.shape, dtype, offset)    # x at out's offset
+                    xs[...] = x
+                    fn(xs, c, sin, seq_axis=1, out=xi)
+                    np.testing.assert_array_equal(xi, want, err_msg=msg)
+                    np.testing.assert_array_equal(big[:16], 7.0)
+                    np.testing.assert_array_equal(big[16 + x.size:], 7.0)
+                    other = _aligned_empty(x.shape, dtype, (offset + 16) % 64)
+                    fn(xs, c, sin, seq_axis=1, out=other)
+                    np.testing.assert_array_equal(other, want, err_msg=msg)
+    finally:
+        posemb.set_num_threads(old_threads)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 @pytest.mark.parametrize("heads, d", [(3, 128), (5, 96)])
 @pytest.mark.parametrize("offset", [0, 4, 16, 48])
