@@ -953,6 +953,30 @@ def test_tile_walk_rows_past_a_line(rng, dtype, d, backward, threads, interleave
         posemb.set_num_threads(old_threads)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("where", [None, 0, 15, 19])
+def test_tile_walk_table_check_every_byte(rng, dtype, where):
+    """The tile walk copies HF's duplicated half rows for its tiles,
+    checking each row's halves as it copies (a vector at a time, then the
+    bytes that do not fill one): rotating 40 of 128 features (float32 half
+    rows of 80 bytes: one 64-byte vector and 16 bytes), one row's second
+    half changed at element `where` (the first, in the vector, the last:
+    in the bytes past it) makes the call read both halves; the formula's
+    bits either way, float64 too."""
+    x = rng.standard_normal((1, 8, 37, 128)).astype(dtype)
+    cos, sin = posemb.rope_cos_sin(np.arange(37) + 3, 40, dtype=dtype)
+    if where is not None:
+        cos = cos.copy()
+        cos[21, 20 + where] *= 0.5
+    want = formula_bits(x, cos, sin)
+    for offset in (0, 16):
+        xi = _aligned_empty(x.shape, dtype, offset)
+        xi[...] = x
+        np.testing.assert_array_equal(posemb.apply_rope(xi, cos, sin), want)
+        assert posemb.apply_rope(xi, cos, sin, out=xi) is xi
+        np.testing.assert_array_equal(xi, want)
+
+
 @pytest.mark.parametrize("dtype, d", [(np.float32, 128), (np.float32, 64), (np.float64, 64),
                                       (np.float64, 128)])
 @pytest.mark.parametrize("backward", [False, True])
