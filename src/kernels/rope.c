@@ -1952,7 +1952,7 @@ static void copy_rows(char *dst, ptrdiff_t dst_step, const char *src, ptrdiff_t 
         memcpy(dst + k * dst_step, src + k * src_step, (size_t)bytes);
 }
 
-/* as copy_rows, of the first halves (bytes each) of rows of 2 bytes, where
+/* as copy_rows, of the first halves (bytes each) of rows of 2 * bytes, where
  * every row's halves are the same bits (rows_duplicated's test): 1 then,
  * else 0 (dst partly written).  One pass: each half row read once, no
  * call per row. */
