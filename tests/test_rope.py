@@ -961,20 +961,21 @@ def test_tile_walk_table_check_every_byte(rng, dtype, where):
     bytes that do not fill one): rotating 40 of 128 features (float32 half
     rows of 80 bytes: one 64-byte vector and 16 bytes), one row's second
     half changed at element `where` (the first, in the vector, the last:
-    in the bytes past it) makes the call read both halves; the formula's
-    bits either way, float64 too."""
+    in the bytes past it), in cos or in sin, makes the call read both
+    halves; the formula's bits either way, float64 too."""
     x = rng.standard_normal((1, 8, 37, 128)).astype(dtype)
-    cos, sin = posemb.rope_cos_sin(np.arange(37) + 3, 40, dtype=dtype)
-    if where is not None:
-        cos = cos.copy()
-        cos[21, 20 + where] *= 0.5
-    want = formula_bits(x, cos, sin)
-    for offset in (0, 16):
-        xi = _aligned_empty(x.shape, dtype, offset)
-        xi[...] = x
-        np.testing.assert_array_equal(posemb.apply_rope(xi, cos, sin), want)
-        assert posemb.apply_rope(xi, cos, sin, out=xi) is xi
-        np.testing.assert_array_equal(xi, want)
+    cos0, sin0 = posemb.rope_cos_sin(np.arange(37) + 3, 40, dtype=dtype)
+    for table in (0, 1):          # the change in cos, then in sin
+        cos, sin = cos0.copy(), sin0.copy()
+        if where is not None:
+            (sin if table else cos)[21, 20 + where] *= 0.5
+        want = formula_bits(x, cos, sin)
+        for offset in (0, 16):
+            xi = _aligned_empty(x.shape, dtype, offset)
+            xi[...] = x
+            np.testing.assert_array_equal(posemb.apply_rope(xi, cos, sin), want)
+            assert posemb.apply_rope(xi, cos, sin, out=xi) is xi
+            np.testing.assert_array_equal(xi, want)
 
 
 @pytest.mark.parametrize("dtype, d", [(np.float32, 128), (np.float32, 64), (np.float64, 64),
@@ -988,9 +989,9 @@ def test_meta_layout_rows_past_a_line(rng, dtype, d, backward, threads):
     as two runs of h / 2 rows, the tables' half rows packed on lines.  An
     even and an odd head count (the odd one walked as before), every
     element offset, in place and into an out at the same offset and at
-    another, at 2 threads 6 MiB (blocks split between the threads): the
-    formula's bits, nothing written outside; tables whose halves differ
-    (no packing) too."""
+    another, at 2 threads 6 MiB (blocks split between the threads, the
+    pool woken by calls just before): the formula's bits, nothing written
+    outside; tables whose halves differ (no packing) too."""
     itemsize = np.dtype(dtype).itemsize
     fn = posemb.apply_rope_backward if backward else posemb.apply_rope
     shapes = [(37, 8), (37, 7)] + ([((6 << 20) // (32 * d * itemsize), 32)] if threads == 2 else [])
@@ -1010,6 +1011,11 @@ def test_meta_layout_rows_past_a_line(rng, dtype, d, backward, threads):
                     big = _aligned_empty((x.size + 32,), dtype, offset)
                     big[:] = 7.0
                     xi = big[16:16 + x.size].reshape(x.shape)    # (16 values on: the same offset)
+                    if threads == 2:
+                        # (calls first, so that the pool's workers are awake
+                        # and the checked call is split between them)
+                        for _ in range(3):
+                            fn(x, c, sin, seq_axis=1, out=xi)
                     xi[...] = x
                     assert fn(xi, c, sin, seq_axis=1, out=xi) is xi
                     np.testing.assert_array_equal(xi, want, err_msg=msg)

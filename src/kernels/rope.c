@@ -75,7 +75,8 @@ int pe_rope_groups(const pe_rope_loop *L, pe_rope_fn self)
 }
 
 /* fn over L's heads two at a time (the tile walk's calls to the one-pass
- * kernels: see rope_grid_task) */
+ * kernels, and the realigning kernels' fallback to them: see
+ * rope_grid_task) */
 static void rope_in_pairs(const pe_rope_loop *L, pe_rope_fn fn)
 {
     pe_rope_loop two = *L;
@@ -899,11 +900,13 @@ DEFINE_ROPE_PIPE(back, double, f64, pd, __m512d, 8)
  * j + 1 (vpermt2ps / vpermt2pd by the offset o, in lanes), and each line written holds
  * the last o values of the result vector before it and the first W - o of
  * this one; the line a row shares with the next is written with the next
- * row (the last result vector carried), the tile's first and last lines
+ * row (the last result vector carried), the run's first and last lines
  * with masks (their other lanes belong to the rows before and after,
  * perhaps to another thread's tile).  Every line is read before it is
- * written, so in place is safe.  The tables are tile_tables' copies (the
- * first halves of HF's duplicated rows) on lines.  The same operations as
+ * written, so in place is safe.  The tables are copies of the first halves
+ * of HF's duplicated rows on lines (tile_tables'; for Meta's layout, the
+ * heads-inner walk's packed rows, cos_outer 0: one row for the run).  The
+ * same operations as
  * the kernels above, so the same bits.  Measured, Zen 4 EPYC VM, 1 thread,
  * through apply_rope, the two kernels alternated in one process (medians
  * of 15-21 rounds of 40 calls, each call over an in-place scale of as many
@@ -1865,9 +1868,10 @@ typedef struct {
                           * which reads them, in place of dup */
     pe_rope_fn dup_ft;
     pe_rope_fn lines;    /* the tile walk's kernel where tile_tables copied
-                          * its table rows (rows past a line:
-                          * rope_lines_avx512f_*, inter_lines_avx512dq_*;
-                          * each falls back itself), or NULL */
+                          * its table rows, and the heads-inner walk's
+                          * (runs) (rows past a line: rope_lines_avx512f_*,
+                          * inter_lines_avx512dq_*; each falls back itself),
+                          * or NULL */
     int (*copy_dup)(char *, ptrdiff_t, const char *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
                          /* tile_tables' copy of duplicated half rows,
                           * checked (copy_rows_dup at the level's width) */
@@ -1892,7 +1896,8 @@ PE_INLINE void prefetch_position(const char *x, ptrdiff_t x_h, ptrdiff_t n, ptrd
 
 /* Are table rows s0 .. s0+rows-1 of batch entry b duplicated halves
  * (row[i + h] == row[i], bitwise)?  Reading them brings them into cache
- * just before the block uses them.  With pack (the grouped walk's buffer),
+ * just before the block uses them.  With pack (the grouped walk's buffer,
+ * or the heads-inner walk's for its runs),
  * their first halves, hb bytes each, are also copied there side by side
  * (cos's then sin's for each position), each row while it is in L1: a pass
  * comparing the block's rows and then one copying them took 0.73 + 0.29 ms
@@ -2200,6 +2205,7 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
     const ptrdiff_t rb = g->d * job->itemsize;
     const int runs = job->heads_inner && !job->one_head && job->lines != NULL &&
                      job->dup != NULL && g->H % 2 == 0 && g->x_h == rb && g->y_h == rb &&
+                     g->r == g->d && (hb == 128 || hb == 256) &&   /* (rows of 2 or 4 vectors) */
                      ((uintptr_t)g->x & 31u) != 0 && (((uintptr_t)g->x - (uintptr_t)g->y) & 63u) == 0;
     void *pack_mem = (job->pack && grouped && job->tiled == NULL) || runs
                          ? malloc((size_t)(2 * job->rows * pb + 64)) : NULL;
@@ -2422,8 +2428,11 @@ static void rope_grid_task(void *ctx, ptrdiff_t begin, ptrdiff_t end)
              *   call (sharing its table row), the whole next position
              *   prefetched first (up to a quarter of L2), unless y streams;
              *   where the heads' rows lie one after another past a line
-             *   (Meta's layout from NumPy: 16 bytes) and the table rows
-             *   are HF's duplicated ones, job->lines (realigned in
+             *   (Meta's layout from NumPy: 16 bytes), are rows the kernel
+             *   takes (every feature rotating, 2 or 4 vectors a half row:
+             *   others fell back at every position, packed for nothing,
+             *   float32 d = 96 55-56 -> 69-72 us) and the table rows are
+             *   HF's duplicated ones, job->lines (realigned in
              *   registers, see DEFINE_ROPE_LINES) over the position's rows
              *   as two runs of H / 2 rows (as two heads, sharing the table
              *   loads), the block's half table rows packed on lines as
@@ -2658,8 +2667,8 @@ static struct {
     /* float16, half-split, the kernels of the float32 table copies
      * (rope_grid_job.pack_ft, in place; NULL: none): dup[back]'s */
     pe_rope_fn dup_ft[2];
-    pe_rope_fn lines[2][2][2];  /* [interleaved][f64][back]: the tile walk's
-                                 * rows past a line (DEFINE_ROPE_LINES,
+    pe_rope_fn lines[2][2][2];  /* [interleaved][f64][back]: rows past a line
+                                 * within the cache (DEFINE_ROPE_LINES,
                                  * DEFINE_INTER_LINES; NULL: none) */
     /* tile_tables' copy of duplicated half rows, checked (copy_rows_dup) */
     int (*copy_dup)(char *, ptrdiff_t, const char *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
