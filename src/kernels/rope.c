@@ -1825,6 +1825,10 @@ _Static_assert(3 * ROPE_CHOICE_KINDS == PE_CHOICE_KINDS, "posemb.h's PE_CHOICE_K
 typedef void (*rope_realign_fn)(const char *x, char *y, const char *c, const char *s,
                                 ptrdiff_t h, char *carry, int first, int last);
 
+/* copy_rows_dup's type (the level's version: rope_table.copy_dup) */
+typedef int (*rope_copy_dup_fn)(char *, ptrdiff_t, const char *, ptrdiff_t, ptrdiff_t,
+                                ptrdiff_t);
+
 typedef struct {
     pe_rope_fn fn;       /* any tables */
     pe_rope_fn dup;      /* blocks whose table rows are duplicated, or NULL */
@@ -1872,9 +1876,9 @@ typedef struct {
                           * (runs) (rows past a line: rope_lines_avx512f_*,
                           * inter_lines_avx512dq_*; each falls back itself),
                           * or NULL */
-    int (*copy_dup)(char *, ptrdiff_t, const char *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
-                         /* tile_tables' copy of duplicated half rows,
-                          * checked (copy_rows_dup at the level's width) */
+    rope_copy_dup_fn copy_dup; /* tile_tables' copy of duplicated half
+                                * rows, checked (copy_rows_dup at the
+                                * level's width) */
 } rope_grid_job;
 
 /* the grouped walk's position k, every line of each row, before the
@@ -2670,8 +2674,8 @@ static struct {
     pe_rope_fn lines[2][2][2];  /* [interleaved][f64][back]: rows past a line
                                  * within the cache (DEFINE_ROPE_LINES,
                                  * DEFINE_INTER_LINES; NULL: none) */
-    /* tile_tables' copy of duplicated half rows, checked (copy_rows_dup) */
-    int (*copy_dup)(char *, ptrdiff_t, const char *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+    rope_copy_dup_fn copy_dup;  /* tile_tables' copy of duplicated half
+                                 * rows, checked (copy_rows_dup) */
 } rope_table = {   /* baseline until pe_rope_dispatch runs (C-only callers) */
     {{pe_rope_half_fwd_f16, pe_rope_half_fwd_f32, pe_rope_half_fwd_f64, pe_rope_half_fwd_bf16},
      {pe_rope_half_back_f16, pe_rope_half_back_f32, pe_rope_half_back_f64,
