@@ -1045,7 +1045,7 @@ def test_staged_streaming_into_any_offset(rng, dtype, heads, d, offset, threads)
     then y's whole lines streamed and the partial ones at the block ends
     stored plainly (float32 and float64 at 16 bytes past a line, float16
     and bfloat16 with rows of 128 values on a line or 16 bytes past one, at
-    AVX-512: realigned in registers instead, each head's last 16 bytes
+    AVX2 and AVX-512: realigned in registers instead, each head's last 16 bytes
     carried to its next row, the heads of a group a row apart).  Both
     layouts, forward and backward, every offset within a line, head counts
     not a multiple of the group, rows of 96 values, 1 and 2 threads: the

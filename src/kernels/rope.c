@@ -1490,13 +1490,18 @@ DEFINE_HALFPREC_INTER(avx512_f16, "avx512f,avx512dq", _mm512, __m512, 16, F16_LO
                       F16_STORE512, back)
 
 
-/* (vpblendw takes the odd 16-bit words from its second operand) */
+/* v's 16 values rounded, in order (vpblendw takes the odd 16-bit words
+ * from its second operand) */
+__attribute__((target("avx2")))
+static inline __m256i bf16x16_round(bf16x16 v)
+{
+    return _mm256_blend_epi16(_mm256_srli_epi32(bf16x16_round_top(v.e), 16),
+                              bf16x16_round_top(v.o), 0xAA);
+}
 __attribute__((target("avx2")))
 static inline void bf16x16_store(uint16_t *p, bf16x16 v)
 {
-    _mm256_storeu_si256((__m256i *)(void *)p,
-                        _mm256_blend_epi16(_mm256_srli_epi32(bf16x16_round_top(v.e), 16),
-                                           bf16x16_round_top(v.o), 0xAA));
+    _mm256_storeu_si256((__m256i *)(void *)p, bf16x16_round(v));
 }
 __attribute__((target("avx512f")))
 static inline __m512i bf16x32_round(bf16x32 v)
@@ -1651,7 +1656,7 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
  * (AVX512_BF16's rounding against the integer one here, Zen 4 EPYC VM,
  * (1, 32, 16384, 128) into np.empty_like(x), 3 alternating processes: 1
  * thread 8.97-9.23 against 9.78-9.84 ms, 2 threads even.)
- * AVX-512 only (other levels stage: see STAGE_ROWS_BYTES).  Measured:
+ * At level AVX2 too (below); SSE2 stages (see STAGE_ROWS_BYTES).  Measured:
  * see pe_rope_apply.
  */
 #define HP_CHUNKS_f16(DIR, lo, hi)                                            \
@@ -1730,6 +1735,97 @@ DEFINE_HP_REALIGN(bf16c, fwd, 0)
 DEFINE_HP_REALIGN(bf16c, fwd, 1)
 DEFINE_HP_REALIGN(bf16c, back, 0)
 DEFINE_HP_REALIGN(bf16c, back, 1)
+
+/*
+ * The same at level AVX2 (F16C for float16): each 64-byte chunk of a half
+ * is two 32-byte vectors (v0, v1), a line two streaming stores; with y 16
+ * bytes past a line (SHIFT 1) the line ending in chunk v, p before it, is
+ * (p1's high 16 bytes, v0's low 16) and (v0's high 16, v1's low 16)
+ * (vperm2i128).  The carry is the previous row's last chunk, both vectors.
+ * The maths and rounding are f16c_dup_* and bf16x16_dup_*'s: the same
+ * bits.  Measured: see pe_rope_apply.
+ */
+#define HP2_HALF_f16(DIR, k, lo, hi)                                          \
+    {                                                                         \
+        const __m256 c0 = F16_LOAD(c + i + k), s0 = F16_LOAD(s + i + k);      \
+        const __m256 c1 = F16_LOAD(c + i + k + 8), s1 = F16_LOAD(s + i + k + 8); \
+        __m256 a0, b0, a1, b1;                                                \
+        HP_ROT_##DIR(_mm256, a0, b0, F16_LOAD(x + i + k), F16_LOAD(x + i + h + k), \
+                     c0, c0, s0, s0);                                         \
+        HP_ROT_##DIR(_mm256, a1, b1, F16_LOAD(x + i + k + 8),                 \
+                     F16_LOAD(x + i + h + k + 8), c1, c1, s1, s1);            \
+        lo = _mm256_set_m128i(_mm256_cvtps_ph(a1, _MM_FROUND_TO_NEAREST_INT), \
+                              _mm256_cvtps_ph(a0, _MM_FROUND_TO_NEAREST_INT)); \
+        hi = _mm256_set_m128i(_mm256_cvtps_ph(b1, _MM_FROUND_TO_NEAREST_INT), \
+                              _mm256_cvtps_ph(b0, _MM_FROUND_TO_NEAREST_INT)); \
+    }
+#define HP2_HALF_bf16(DIR, k, lo, hi)                                         \
+    {                                                                         \
+        const bf16x16 cv = bf16x16_load(c + i + k), sv = bf16x16_load(s + i + k); \
+        bf16x16 a, b;                                                         \
+        HP_ROT_##DIR(bf16x16, a, b, bf16x16_load(x + i + k), bf16x16_load(x + i + h + k), \
+                     cv, cv, sv, sv);                                         \
+        lo = bf16x16_round(a);                                                \
+        hi = bf16x16_round(b);                                                \
+    }
+/* the line ending in chunk (v0, v1), p1 the high vector of the one before,
+ * streamed at a (on a line) */
+#define HP2_LINE(SHIFT, a, v0, v1, p1)                                        \
+    {                                                                         \
+        _mm256_stream_si256((__m256i *)(void *)(a),                           \
+                            (SHIFT) ? _mm256_permute2x128_si256(p1, v0, 0x21) : (v0)); \
+        _mm256_stream_si256((__m256i *)(void *)((a) + 32),                    \
+                            (SHIFT) ? _mm256_permute2x128_si256(v0, v1, 0x21) : (v1)); \
+    }
+#define HP2_TARGET_f16 "avx2,f16c"
+#define HP2_TARGET_bf16 "avx2"
+#define DEFINE_HP2_REALIGN(SUF, DIR, SHIFT)                                   \
+__attribute__((target(HP2_TARGET_##SUF)))                                     \
+static void SUF##_realign##SHIFT##_avx2_##DIR(const char *xb, char *yb, const char *cb, \
+                                              const char *sb, ptrdiff_t h, char *carry, \
+                                              int first, int last)            \
+{                                                                             \
+    const uint16_t *x = (const uint16_t *)(const void *)xb;                   \
+    const uint16_t *c = (const uint16_t *)(const void *)cb;                   \
+    const uint16_t *s = (const uint16_t *)(const void *)sb;                   \
+    char *ya = yb - 16 * (SHIFT);   /* (on a line) */                         \
+    const ptrdiff_t hb = 2 * h;     /* a half's bytes */                      \
+    __m256i p1 = _mm256_load_si256((const __m256i *)(const void *)(carry + 32)); \
+    __m256i hp0 = p1, hp1 = p1, hf0 = p1, hf1 = p1;                           \
+    for (ptrdiff_t i = 0; i < h; i += 32) {                                   \
+        __m256i lo0, lo1, hi0, hi1;                                           \
+        HP2_HALF_##SUF(DIR, 0, lo0, hi0)                                      \
+        HP2_HALF_##SUF(DIR, 16, lo1, hi1)                                     \
+        if ((SHIFT) && first && i == 0) {                                     \
+            _mm256_storeu_si256((__m256i *)(void *)yb, lo0);                  \
+            _mm_storeu_si128((__m128i *)(void *)(yb + 32), _mm256_castsi256_si128(lo1)); \
+        } else {                                                              \
+            HP2_LINE(SHIFT, ya + 2 * i, lo0, lo1, p1)                         \
+        }                                                                     \
+        if (i == 0) {                                                         \
+            hf0 = hi0;                                                        \
+            hf1 = hi1;                                                        \
+        } else {                                                              \
+            HP2_LINE(SHIFT, ya + hb + 2 * i, hi0, hi1, hp1)                   \
+        }                                                                     \
+        p1 = lo1;                                                             \
+        hp0 = hi0;                                                            \
+        hp1 = hi1;                                                            \
+    }                                                                         \
+    HP2_LINE(SHIFT, ya + hb, hf0, hf1, p1)                                    \
+    if ((SHIFT) && last)                                                      \
+        _mm_storeu_si128((__m128i *)(void *)(ya + 2 * hb), _mm256_extracti128_si256(hp1, 1)); \
+    _mm256_store_si256((__m256i *)(void *)carry, hp0);                        \
+    _mm256_store_si256((__m256i *)(void *)(carry + 32), hp1);                 \
+}
+DEFINE_HP2_REALIGN(f16, fwd, 0)
+DEFINE_HP2_REALIGN(f16, fwd, 1)
+DEFINE_HP2_REALIGN(f16, back, 0)
+DEFINE_HP2_REALIGN(f16, back, 1)
+DEFINE_HP2_REALIGN(bf16, fwd, 0)
+DEFINE_HP2_REALIGN(bf16, fwd, 1)
+DEFINE_HP2_REALIGN(bf16, back, 0)
+DEFINE_HP2_REALIGN(bf16, back, 1)
 
 #endif
 
@@ -2761,6 +2857,16 @@ const char *pe_rope_dispatch(int level)
         memcpy(rope_halfprec[1], bf16, sizeof bf16);
         rope_table.dup[0][3] = bf16x16_dup_fwd;
         rope_table.dup[1][3] = bf16x16_dup_back;
+        {
+            static const rope_realign_fn realign_hp[2][2][2] = {
+                {{f16_realign0_avx2_fwd, f16_realign0_avx2_back},
+                 {f16_realign1_avx2_fwd, f16_realign1_avx2_back}},
+                {{bf16_realign0_avx2_fwd, bf16_realign0_avx2_back},
+                 {bf16_realign1_avx2_fwd, bf16_realign1_avx2_back}}};
+            if (pe_cpu_f16c())
+                memcpy(rope_table.realign_hp[0], realign_hp[0], sizeof realign_hp[0]);
+            memcpy(rope_table.realign_hp[1], realign_hp[1], sizeof realign_hp[1]);
+        }
         static const rope_realign_fn realign[2][2][2] = {
             {{half_realign_fwd_f32, half_realign_back_f32},
              {half_realign_fwd_f64, half_realign_back_f64}},
@@ -2983,7 +3089,18 @@ int pe_rope_apply(const pe_rope_grid *grid, int kind, int type)
          * past a line 9.3-9.7 ms with the skew (10.0-11.2 without), on a
          * line 8.5-8.7 (9.0-9.6; 10.9 where y is x + 48 bytes within a
          * page).  float32's realigned walk measured slower with the skew
-         * (6.8 -> 7.7-8.3 ms into np.empty_like(x)), so only here. */
+         * (6.8 -> 7.7-8.3 ms into np.empty_like(x)), so only here.
+         * At level AVX2 (f16_realign1_avx2_fwd, 32-byte streaming stores),
+         * Zen 3 EPYC VM (no AVX-512), the same calls, staged against
+         * realigned, settings alternated in one process, medians of 9-13
+         * rounds, 2 runs each: 2 threads, into np.empty_like(x), float16
+         * 12.96-13.66 -> 12.04-13.36 ms, bfloat16 14.86-16.86 -> 13.85-14.79;
+         * into y on a line float16 14.33 -> 12.19, bfloat16 14.52 -> 13.29;
+         * 1 thread into np.empty_like(x) float16 20.96-26.73 ->
+         * 21.38-22.25, bfloat16 23.31-26.96 -> 18.77-26.76 (one run the
+         * other way, 33.6 -> 35.7); on a line 20.65-23.96 -> 19.81-20.20
+         * and 22.53-28.09 -> 19.28-25.12.  Without the skew there: 1 thread
+         * float16 22.2 -> 23.1-23.2 ms, bfloat16 25.6-26.8 -> 25.4-32.7. */
         const uintptr_t off = (uintptr_t)g->y % 64;
         if (g->r == g->d && h * itemsize % 64 == 0 && ALIGNED(g->y_b, 64) &&
             (off == 0 || off == 16))
