@@ -730,6 +730,35 @@ def test_beyond_the_last_level_cache(rng, dtype, interleaved, layout):
         np.testing.assert_array_equal(fused[:, :, heads:], others)   # k, v heads untouched
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("offset", [16, 0, 4])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_into_fresh_memory_past_the_cache(rng, dtype, offset, interleaved):
+    """An out= larger than the last-level cache whose pages were never
+    touched (a fresh allocation, as np.empty_like gives) may take streaming
+    stores (pe_memory_stream_ok): at NumPy's offset (16 bytes past a line),
+    on a line and 4 bytes off, both layouts, all the formula's bits (float16:
+    the float32 formula rounded once) and nothing written outside out."""
+    dt = np.dtype(dtype)
+    heads, d = 4, 128
+    _, seq = _past_the_cache(heads, d, dt)
+    x = rng.standard_normal((1, heads, seq, d)).astype(dt)
+    cos, sin = posemb.rope_cos_sin(np.arange(seq), d, dtype=dt, interleaved=interleaved)
+    if dt.itemsize == 2:
+        want = formula_bits(x.astype(np.float32), cos.astype(np.float32),
+                            sin.astype(np.float32), interleaved).astype(dt)
+    else:
+        want = formula_bits(x, cos, sin, interleaved)
+    buf = np.empty(x.nbytes + 8192, np.uint8)           # fresh pages, untouched
+    start = (-buf.ctypes.data) % 4096 + offset
+    buf[:start] = 0x55                                  # (the first and last pages only)
+    buf[start + x.nbytes:] = 0x55
+    out = buf[start:start + x.nbytes].view(dt).reshape(x.shape)
+    assert posemb.apply_rope(x, cos, sin, interleaved=interleaved, out=out) is out
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+    assert (buf[:start] == 0x55).all() and (buf[start + x.nbytes:] == 0x55).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("rot", [128, 40, 36])

@@ -1,9 +1,9 @@
 /*
  * memory.c - the runtime's memory policy.  May a kernel use streaming
  * (non-temporal) stores into an output?  See pe_memory_resident in posemb.h:
- * only into pages already in memory (a reused out=), never into a fresh
- * allocation, whose pages the kernel zeroes on first touch, leaving them in
- * cache; only into outputs the last-level cache would not hold
+ * into a fresh allocation, whose pages the kernel zeroes on first touch,
+ * leaving them in cache, only where the output is larger than the
+ * last-level cache; only into outputs the last-level cache would not hold
  * (pe_cpu_stream_min_bytes); and, on CPUs that pay for it
  * (pe_memory_stream_ok), only where each line is written whole.  And the
  * output cache (pe_out_cache in posemb.h),
@@ -136,7 +136,9 @@ static size_t physical_memory(void) { return 0; }
 
 int pe_memory_stream_ok(const void *mid, int whole_lines, size_t bytes)
 {
-    return bytes >= pe_cpu_stream_min_bytes() && pe_memory_resident(mid) &&
+    const ptrdiff_t llc = pe_cache_llc_bytes();
+    return bytes >= pe_cpu_stream_min_bytes() &&
+           ((llc > 0 && bytes >= (size_t)llc) || pe_memory_resident(mid)) &&
            (whole_lines || pe_cpu_partial_lines());
 }
 
