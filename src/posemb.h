@@ -406,8 +406,9 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * 32.6-40.0, bfloat16 49.3-50.5 -> 42.8-48.3 / 40.6-44.6 -> 33.5-38.0;
  * learned_pe_forward (8, 2048, 1024) float32 into a fresh 64 MiB
  * 25.7-27.1 against 27.2 ms / 22.5-26.4 against 23.8-26.1.  So the
- * kernels stream into an output no larger than the last-level cache only
- * where its middle element's page is in memory (the first page of a fresh
+ * kernels stream into an output no larger than the last-level cache (or
+ * where no cache larger than L2 was found) only where its middle element's
+ * page is in memory (the first page of a fresh
  * malloc block holds the allocator's header, so it is always in).
  * (runtime/memory.c)
  */
@@ -416,8 +417,9 @@ int pe_memory_resident(const void *p);
 /*
  * May a kernel stream into an output of bytes bytes whose middle element
  * is at mid?  Where it is that large (pe_cpu_stream_min_bytes), its
- * middle page is in memory or it is larger than the last-level cache
- * (pe_memory_resident), and either the kernel
+ * middle page is in memory (pe_memory_resident) or it is larger than the
+ * last-level cache (one larger than L2: a cache the runtime found), and
+ * either the kernel
  * writes each line it streams whole before it leaves it (whole_lines: y and
  * its steps on 64-byte lines, with each kernel's store order) or this CPU
  * streams as fast into lines left partly written (pe_cpu_partial_lines).

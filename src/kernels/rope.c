@@ -1656,7 +1656,8 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
  * (AVX512_BF16's rounding against the integer one here, Zen 4 EPYC VM,
  * (1, 32, 16384, 128) into np.empty_like(x), 3 alternating processes: 1
  * thread 8.97-9.23 against 9.78-9.84 ms, 2 threads even.)
- * At level AVX2 too (below); SSE2 stages (see STAGE_ROWS_BYTES).  Measured:
+ * At level AVX2 too (below; float16 where the CPU has F16C); SSE2 stages
+ * (see STAGE_ROWS_BYTES).  Measured:
  * see pe_rope_apply.
  */
 #define HP_CHUNKS_f16(DIR, lo, hi)                                            \
@@ -1743,7 +1744,9 @@ DEFINE_HP_REALIGN(bf16c, back, 1)
  * (p1's high 16 bytes, v0's low 16) and (v0's high 16, v1's low 16)
  * (vperm2i128).  The carry is the previous row's last chunk, both vectors.
  * The maths and rounding are f16c_dup_* and bf16x16_dup_*'s: the same
- * bits.  Measured: see pe_rope_apply.
+ * bits, but for the payload of a NaN made from two NaNs (float16: GCC may
+ * order a product's operands differently; every 16-bit pattern checked
+ * against the staged walk).  Measured: see pe_rope_apply.
  */
 #define HP2_HALF_f16(DIR, k, lo, hi)                                          \
     {                                                                         \
@@ -1916,7 +1919,8 @@ _Static_assert(3 * ROPE_CHOICE_KINDS == PE_CHOICE_KINDS, "posemb.h's PE_CHOICE_K
 
 /* one row x -> y of the realigning streaming kernels (half_realign_fwd_f32):
  * h pairs, the table rows c, s (half-split: their first halves), the
- * head's carry (one vector: 32 bytes, 64 for f16_realign1_fwd, on 64),
+ * head's carry (one vector: 32 bytes; the half-precision kernels' a chunk
+ * of 64, of which the AVX2 ones read the last 32; on 64),
  * whether the row begins and ends the head's part of the block */
 typedef void (*rope_realign_fn)(const char *x, char *y, const char *c, const char *s,
                                 ptrdiff_t h, char *carry, int first, int last);
