@@ -395,8 +395,9 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * streaming store must then evict that line (measured on an earlier VM
  * whose last-level cache held the output, a reused 64 MiB out= taking
  * 2.9-3.0 ms: apply_rope into a fresh 64 MiB array, 12.3 ms with streaming
- * stores, 9.9 ms with plain ones).  Where the output is larger than the
- * last-level cache it leaves the cache either way, and streaming paid:
+ * stores, 9.9 ms with plain ones).  Where the output is as large as the
+ * last-level cache or larger it leaves the cache either way, and streaming
+ * paid:
  * Zen 3 EPYC VM (32 MiB L3), apply_rope(x, cos, sin,
  * out=np.empty_like(x)), (1, 32, S, 128), settings alternated in one
  * process, medians of 7-9 rounds, 1 / 2 threads: float32 128 MiB 45.1-49.0
@@ -406,7 +407,7 @@ pe_rope_fn pe_rope_kernel(int kind, int type);
  * 32.6-40.0, bfloat16 49.3-50.5 -> 42.8-48.3 / 40.6-44.6 -> 33.5-38.0;
  * learned_pe_forward (8, 2048, 1024) float32 into a fresh 64 MiB
  * 25.7-27.1 against 27.2 ms / 22.5-26.4 against 23.8-26.1.  So the
- * kernels stream into an output no larger than the last-level cache (or
+ * kernels stream into an output smaller than the last-level cache (or
  * where no cache larger than L2 was found) only where its middle element's
  * page is in memory (the first page of a fresh
  * malloc block holds the allocator's header, so it is always in).
@@ -417,8 +418,9 @@ int pe_memory_resident(const void *p);
 /*
  * May a kernel stream into an output of bytes bytes whose middle element
  * is at mid?  Where it is that large (pe_cpu_stream_min_bytes), its
- * middle page is in memory (pe_memory_resident) or it is larger than the
- * last-level cache (one larger than L2: a cache the runtime found), and
+ * middle page is in memory (pe_memory_resident) or it is at least the size
+ * of the last-level cache (one larger than L2: a cache the runtime found),
+ * and
  * either the kernel
  * writes each line it streams whole before it leaves it (whole_lines: y and
  * its steps on 64-byte lines, with each kernel's store order) or this CPU

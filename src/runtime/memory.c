@@ -3,8 +3,9 @@
  * (non-temporal) stores into an output?  Only into outputs of at least
  * pe_cpu_stream_min_bytes (3/4 of the last-level cache, within 4 .. 24
  * MiB); into a fresh allocation, whose pages the kernel zeroes on first
- * touch, leaving them in cache, only where the output is larger than a
- * last-level cache the runtime found (see pe_memory_resident in posemb.h);
+ * touch, leaving them in cache, only where the output is at least the size
+ * of a last-level cache the runtime found (see pe_memory_resident in
+ * posemb.h);
  * and, on CPUs that pay for it
  * (pe_memory_stream_ok), only where each line is written whole.  And the
  * output cache (pe_out_cache in posemb.h),
@@ -139,7 +140,7 @@ int pe_memory_stream_ok(const void *mid, int whole_lines, size_t bytes)
 {
     /* (an LLC no larger than L2: none was found, the runtime's guess) */
     const ptrdiff_t llc = pe_cache_llc_bytes();
-    const int past_llc = llc > pe_cache_l2_bytes() && bytes > (size_t)llc;
+    const int past_llc = llc > pe_cache_l2_bytes() && bytes >= (size_t)llc;
     return bytes >= pe_cpu_stream_min_bytes() && (past_llc || pe_memory_resident(mid)) &&
            (whole_lines || pe_cpu_partial_lines());
 }
