@@ -1689,6 +1689,15 @@ DEFINE_HALFPREC_DUP(bf16x32c_nt, BF16C_TARGET, bf16x32c, bf16x32c, 32, bf16x32c_
 #define HP_CHUNKS_bf16c(DIR, lo, hi) HP_CHUNKS_PAIR(bf16x32c, DIR, lo, hi)
 /* the line ending in chunk v, chunk p before it */
 #define HP_LINE(SHIFT, v, p) ((SHIFT) ? _mm512_alignr_epi32(v, p, 12) : (v))
+/* a realigning kernel's row: x, c, s as 16-bit values, ya y's line (y 16
+ * bytes past it where SHIFT), hb a half's bytes (DEFINE_HP_REALIGN,
+ * DEFINE_HP2_REALIGN) */
+#define HP_REALIGN_ROW(SHIFT)                                                 \
+    const uint16_t *x = (const uint16_t *)(const void *)xb;                   \
+    const uint16_t *c = (const uint16_t *)(const void *)cb;                   \
+    const uint16_t *s = (const uint16_t *)(const void *)sb;                   \
+    char *ya = yb - 16 * (SHIFT);   /* (on a line) */                         \
+    const ptrdiff_t hb = 2 * h;     /* a half's bytes */
 #define HP_TARGET_f16 "avx512f,f16c"
 #define HP_TARGET_bf16 "avx512f"
 #define HP_TARGET_bf16c BF16C_TARGET
@@ -1698,11 +1707,7 @@ static void SUF##_realign##SHIFT##_##DIR(const char *xb, char *yb, const char *c
                                          const char *sb, ptrdiff_t h, char *carry, \
                                          int first, int last)                 \
 {                                                                             \
-    const uint16_t *x = (const uint16_t *)(const void *)xb;                   \
-    const uint16_t *c = (const uint16_t *)(const void *)cb;                   \
-    const uint16_t *s = (const uint16_t *)(const void *)sb;                   \
-    char *ya = yb - 16 * (SHIFT);   /* (on a line) */                         \
-    const ptrdiff_t hb = 2 * h;     /* a half's bytes */                      \
+    HP_REALIGN_ROW(SHIFT)                                                     \
     __m512i prev = _mm512_load_si512((const void *)carry), hprev = prev, hfirst = prev; \
     for (ptrdiff_t i = 0; i < h; i += 32) {                                   \
         __m512i lo, hi;                                                       \
@@ -1788,11 +1793,7 @@ static void SUF##_realign##SHIFT##_avx2_##DIR(const char *xb, char *yb, const ch
                                               const char *sb, ptrdiff_t h, char *carry, \
                                               int first, int last)            \
 {                                                                             \
-    const uint16_t *x = (const uint16_t *)(const void *)xb;                   \
-    const uint16_t *c = (const uint16_t *)(const void *)cb;                   \
-    const uint16_t *s = (const uint16_t *)(const void *)sb;                   \
-    char *ya = yb - 16 * (SHIFT);   /* (on a line) */                         \
-    const ptrdiff_t hb = 2 * h;     /* a half's bytes */                      \
+    HP_REALIGN_ROW(SHIFT)                                                     \
     __m256i p1 = _mm256_load_si256((const __m256i *)(const void *)(carry + 32)); \
     __m256i hp0 = p1, hp1 = p1, hf0 = p1, hf1 = p1;                           \
     for (ptrdiff_t i = 0; i < h; i += 32) {                                   \
