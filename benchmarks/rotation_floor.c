@@ -5,9 +5,10 @@
  * (1, 32, 128, 128) float32, and "in-cache out=", (1, 32, 256, 128)).
  *
  * x is (32, S, 128) float32, 16 bytes past a line (where NumPy puts large
- * arrays); the tables are (S, 128) rows duplicated in halves as HF makes
- * them (only their first halves are read).  Timed, each the best of 10
- * calls, the median over 15 interleaved rounds:
+ * arrays); the tables are (S, 128) rows of which only the first half is
+ * read (HF's rows repeat their first half).  Timed: in each of 15 rounds
+ * (the order reversed every other round) one untimed call, then the best
+ * of 10 calls; the median over the rounds:
  *
  *   scale / copy  x *= 1.0000001 in place, or x copied into y;
  *   no tables     the rotation by one cos and sin for every element, held
@@ -20,22 +21,26 @@
  *   tiles         tiles of 16 positions, each over all heads two at a time
  *                 sharing each table load (posemb's tile walk's order).
  *
- *     cc -O3 -mavx2 -o /tmp/rotation_floor benchmarks/rotation_floor.c
+ *     cc -O3 -mavx2 -ffp-contract=off -o /tmp/rotation_floor benchmarks/rotation_floor.c
  *     /tmp/rotation_floor
  *
- * (-mavx2 without -mfma: a product and a sum rounded apart, as posemb's
- * kernels and HF's formula do.)  On a Zen 3 EPYC VM (32 KiB L1d, 512 KiB
- * L2, 32 MiB L3), 2026-11-29, four runs: in place "no tables" 1.05-1.15x
- * the scale, "one row" 1.16-1.24x, "rows" 1.39-1.54x, "tiles" 1.22-1.37x;
- * out of place 1.07-1.14x, 1.14-1.25x, 1.54-1.68x and 1.33-1.45x a copy.
- * Four heads sharing each table load instead of two measured slower (in
- * place 1.39-1.54x, out of place 1.66-1.69x, three runs).  The same loops
- * built as a library and called from Python ran slower than here (out of
- * place "tiles" 1.43-1.52x), and on the arrays of a Python process slower
- * still, about as fast as posemb's own call on them: see the benchmarks
- * README, "fifth session".
+ * (-ffp-contract=off: a product and a sum rounded apart, no fused
+ * multiply-add, as posemb's kernels and HF's formula do; it builds without
+ * -mavx2 too, with 16-byte vectors, and for aarch64.)  On a Zen 3 EPYC VM
+ * (32 KiB L1d, 512 KiB L2, 32 MiB L3), 2026-11-29, four runs: in place "no
+ * tables" 1.05-1.15x the scale, "one row" 1.16-1.24x, "rows" 1.39-1.54x,
+ * "tiles" 1.22-1.37x; out of place 1.07-1.14x, 1.14-1.25x, 1.54-1.68x and
+ * 1.33-1.45x a copy.  A variant not kept here, four heads sharing each
+ * table load instead of two, measured slower (in place 1.39-1.54x, out of
+ * place 1.66-1.69x, three runs).  This file built as a library and called
+ * from Python, twice: out of place "tiles" 1.43-1.52x a copy.  Loops like
+ * these written with intrinsics and called on the arrays of a Python
+ * process measured slower still, posemb's own call on the same arrays
+ * within 5% of the loop without table reads and faster than the loops
+ * with them: see the benchmarks README, "fifth session".
  */
 #define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,9 +115,11 @@ typedef struct {
 static void scale(const job *j)
 {
     const size_t n = (size_t)H * (size_t)j->S * D;
+    const float *x = j->x;
+    float *y = j->y;
     const v8 k = (v8){0} + 1.0000001f;
     for (size_t i = 0; i < n; i += VW)   /* (explicit vectors: y may be x) */
-        st(j->y + i, ld(j->x + i) * k);
+        st(y + i, ld(x + i) * k);
 }
 
 static void copy(const job *j)
@@ -174,8 +181,8 @@ static void run(const char *title, long S, int in_place)
         exit(1);
     }
     /* 16 bytes past a line */
-    float *x = (float *)(void *)(xm + ((64 - (size_t)xm % 64) % 64) + 16);
-    float *y = in_place ? x : (float *)(void *)(ym + ((64 - (size_t)ym % 64) % 64) + 16);
+    float *x = (float *)(void *)(xm + ((64 - (uintptr_t)xm % 64) % 64) + 16);
+    float *y = in_place ? x : (float *)(void *)(ym + ((64 - (uintptr_t)ym % 64) % 64) + 16);
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(i % 1000) * 0.001f - 0.5f;
     if (!in_place)

@@ -916,12 +916,12 @@ def _thread_scaling(repeat: int) -> dict[str, Any]:
             x = np.random.default_rng(1).standard_normal((1, heads, seq, 128), dtype=np.float32)
             c, s = cos[:seq], sin[:seq]
 
-            # each sample a loop of calls moving about 64 MiB (at least
-            # one call), the thread count set once per sample: samples of
-            # a fraction of a millisecond (16-64 calls of 64 KiB-1 MiB)
-            # read 0.69x and 1.58x for calls that run the same
-            # instructions with 1 and 2 threads set (serial: callgrind,
-            # (1, 32, 16, 128), equal counts), Zen 3 EPYC VM
+            # each sample a loop of calls moving up to 64 MiB (at least
+            # one call, at most 5000), the thread count set once per
+            # sample: samples of a fraction of a millisecond (16-64 calls
+            # of 64-256 KiB) read 0.69x and 0.89x for calls that run the
+            # same instructions with 1 and 2 threads set (serial:
+            # callgrind, (1, 32, 16, 128), equal counts), Zen 3 EPYC VM
             calls = max(1, min(5000, (1 << 26) // x.nbytes))
 
             def with_threads(k: int, x: Any = x, c: Any = c, s: Any = s,
@@ -932,8 +932,8 @@ def _thread_scaling(repeat: int) -> dict[str, Any]:
                         posemb.apply_rope(x, c, s, out=x)
                 return fn
             reps = max(3, repeat)
-            t1, tn = (t / calls for t in median_times([with_threads(1), with_threads(n)],
-                                                      reps, rounds=reps))
+            t1, tn = [t / calls for t in median_times([with_threads(1), with_threads(n)],
+                                                      reps, rounds=reps)]
             steps.append({"shape": f"1x{heads}x{seq}x128", "bytes": x.nbytes,
                           "t1_s": float(t1), "tn_s": float(tn), "speedup": t1 / tn})
         n = posemb.set_num_threads(n)
@@ -973,7 +973,6 @@ def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None =
             # tiny calls: as many samples as the large cases, each in its
             # own round (they had a third as many, 5 of 20 calls for the
             # small cases, whose ratio read 1.19x-1.71x in different runs)
-            reps = repeat
             rounds = repeat if case.per_call else 5
             calls = case.calls if case.per_call else 1
             row: dict[str, Any] = {"family": case.family, "kernel": case.name,
@@ -986,7 +985,7 @@ def run(families: list[str], quick: bool, repeat: int, *, compile: bool | None =
                       for k, _ in fns]
             with case.context() if case.context else contextlib.nullcontext():
                 timed = dict(zip([k for k, _ in fns],
-                                 median_times([f for _, f in fns], reps, calls, rounds,
+                                 median_times([f for _, f in fns], repeat, calls, rounds,
                                               settle_s=settle)))
             row["posemb_s"] = timed["posemb"]
             if lim:
